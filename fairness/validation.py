@@ -1,0 +1,97 @@
+"""Checks a client's request body before anything is queued or forwarded.
+
+Only what the gateway relies on is checked here; the engine validates the rest and its
+errors pass through to the client.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fairness.errors import ApiError
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+@dataclass
+class ProxyRequest:
+    payload: dict[str, Any]
+    model: str
+    stream: bool
+    wants_usage: bool  # the client asked for the final usage chunk of a stream
+
+
+def _invalid(message: str, param: str, code: str = "invalid_type") -> ApiError:
+    return ApiError(400, message, code, param=param)
+
+
+def parse(body: bytes, endpoint: str) -> ProxyRequest:
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(
+            400,
+            "The request body is not valid JSON.",
+            "invalid_json",
+        ) from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "The request body must be a JSON object.", "invalid_json")
+
+    model = payload.get("model")
+    if model is None:
+        raise _invalid("You must provide a model parameter.", "model", "missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise _invalid("'model' must be a non-empty string.", "model")
+
+    stream = payload.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _invalid("'stream' must be a boolean.", "stream")
+
+    if endpoint == CHAT:
+        messages = payload.get("messages")
+        if messages is None:
+            raise _invalid("'messages' is a required property.", "messages", "missing_required_parameter")
+        if not isinstance(messages, list) or not messages:
+            raise _invalid("'messages' must be a non-empty array.", "messages")
+        if not all(isinstance(m, dict) for m in messages):
+            raise _invalid("Each entry of 'messages' must be an object.", "messages")
+    else:
+        prompt = payload.get("prompt")
+        if prompt is None:
+            raise _invalid("'prompt' is a required property.", "prompt", "missing_required_parameter")
+        if not isinstance(prompt, (str, list)):
+            raise _invalid("'prompt' must be a string or an array.", "prompt")
+
+    for name in ("max_tokens", "max_completion_tokens", "n"):
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _invalid(f"'{name}' must be a positive integer.", name)
+
+    options = payload.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _invalid("'stream_options' must be an object.", "stream_options")
+    wants_usage = bool(options and options.get("include_usage"))
+    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+
+
+def upstream_body(request: ProxyRequest, original: bytes, engine_priority: int | None) -> bytes:
+    """The body to forward: the client's own bytes unless the gateway must add something."""
+    payload = request.payload
+    changed = False
+    if request.stream and not request.wants_usage:
+        # Ask for the usage chunk so streams are counted; the relay drops it again.
+        payload = {**payload, "stream_options": {**(payload.get("stream_options") or {}), "include_usage": True}}
+        changed = True
+    if engine_priority is not None:
+        payload = {**payload, "priority": engine_priority}
+        changed = True
+    elif "priority" in payload:
+        # A client must not reorder the engine's queue on its own say-so.
+        payload = {k: v for k, v in payload.items() if k != "priority"}
+        changed = True
+    return json.dumps(payload).encode() if changed else original

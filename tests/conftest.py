@@ -1,0 +1,113 @@
+"""Shared fixtures: real Redis, the real test database, live gateway processes, the cast."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.gateway_process import GatewayProcess, database_url
+
+TEST_REDIS_URL = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# The test process and every process it starts share this Redis database.
+settings.REDIS_URL = TEST_REDIS_URL
+settings.CELERY_BROKER_URL = TEST_REDIS_URL
+
+LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The URL of a real, empty Redis database for this test."""
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    client.flushdb()
+    client.close()
+    return TEST_REDIS_URL
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def live_db_url(django_db_setup, django_db_blocker) -> str:
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        return database_url(connection.settings_dict)
+
+
+def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": db_url,
+        "REDIS_URL": TEST_REDIS_URL,
+        "GP_AUTH_EPOCH_CHECK_SECONDS": "0.2",
+        "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
+        **extra,
+    }
+
+
+def start_gateway(db_url: str, name: str = "gateway", **extra: str) -> GatewayProcess:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    return GatewayProcess(port, gateway_env(db_url, **extra), LOG_DIR / f"{name}-{port}.log")
+
+
+@pytest.fixture(scope="session")
+def gateway_session(live_db_url: str) -> Iterator[GatewayProcess]:
+    process = start_gateway(live_db_url)
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def gateway(gateway_session: GatewayProcess, transactional_db, redis_url: str) -> GatewayProcess:
+    """A live gateway over committed data; Redis and the tables are fresh for each test."""
+    return gateway_session
+
+
+@dataclass
+class Member:
+    username: str
+    tier: str
+    secret: str
+    key_id: int
+
+
+@pytest.fixture
+def tiers(transactional_db):
+    """The seeded tiers (table flushes between live tests remove the migration's rows)."""
+    from fairness.defaults import ensure_default_tiers
+    from fairness.models import Tier
+
+    return ensure_default_tiers(Tier)
+
+
+@pytest.fixture
+def cast(tiers) -> dict[str, Member]:
+    """alice and bob are interactive, carol runs batch jobs."""
+    from django.contrib.auth import get_user_model
+
+    from fairness.keys import issue_key
+
+    members = {}
+    for username, tier_name in (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch")):
+        user, _ = get_user_model().objects.get_or_create(username=username)
+        key, secret = issue_key(user, tiers[tier_name], label=f"{username}'s key")
+        members[username] = Member(username, tier_name, secret, key.pk)
+    return members

@@ -1,0 +1,77 @@
+"""Runs the real gateway (uvicorn + Django ASGI) as a separate OS process for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.polling import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url(settings_dict: dict) -> str:
+    """The URL of the database Django is connected to (the test database in tests)."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+class GatewayProcess:
+    def __init__(self, port: int, env: dict[str, str], log_path: Path, workers: int = 1) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        command = [
+            sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            "--no-access-log", "--lifespan", "off",
+        ]
+        if workers > 1:
+            command += ["--workers", str(workers)]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for(self._ready, timeout=30, what=f"gateway on port {port}")
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"gateway exited early:\n{self.log_tail()}")
+        try:
+            return httpx.get(self.url + "/v1/models", timeout=1).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no cleanup runs."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self._log.close()
