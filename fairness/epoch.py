@@ -8,6 +8,7 @@ revocation effective everywhere within about a second without a per-request quer
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import redis.asyncio
@@ -19,7 +20,9 @@ _UNSEEN = object()  # the first look always counts as a change
 
 
 def bump_epoch() -> None:
-    redis_sync().incr(EPOCH_KEY)
+    # A fresh random value rather than a counter: a counter restarted by a Redis flush could
+    # land on the very value a gateway saw last and hide the change.
+    redis_sync().set(EPOCH_KEY, uuid.uuid4().hex)
 
 
 class EpochWatch:

@@ -43,9 +43,10 @@ async def record(client: redis.asyncio.Redis, event: UsageEvent) -> None:
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:
     """Move up to batch_size queued events into the DB; returns how many were written."""
     # One flusher at a time, or two workers would write the same batch twice.
-    with client.lock(FLUSH_LOCK, timeout=60, blocking_timeout=0) as acquired:
-        if not acquired:
-            return 0
+    lock = client.lock(FLUSH_LOCK, timeout=60)
+    if not lock.acquire(blocking=False):
+        return 0
+    try:
         raw = client.lrange(USAGE_LIST, 0, batch_size - 1)
         if not raw:
             return 0
@@ -60,6 +61,8 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
                 ApiKey.objects.filter(pk=key_id).update(last_used_at=at)
         client.ltrim(USAGE_LIST, len(raw), -1)
         return len(rows)
+    finally:
+        lock.release()
 
 
 def _row(event: UsageEvent) -> UsageRecord:

@@ -117,7 +117,7 @@ async def test_epoch_watch_sees_a_bump_once_per_interval(redis_url):
     watch = EpochWatch(interval=1.0, clock=lambda: now[0])
     client = redis.asyncio.Redis.from_url(redis_url)
     assert await watch.changed(client)  # first look always counts as a change
-    await client.incr(EPOCH_KEY)
+    await client.set(EPOCH_KEY, "changed")
     assert not await watch.changed(client)  # not due yet
     now[0] = 1.0
     assert await watch.changed(client)

@@ -1,0 +1,172 @@
+"""Every kind of bad input gets an OpenAI-shaped error with the right status, never a 500."""
+
+import asyncio
+import datetime as dt
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from fairness.keys import mint_secret
+from fairness.models import ApiKey, Replica
+from tests.conftest import free_port, start_gateway
+from tests.polling import wait_for
+from tests.proxy.conftest import MODEL
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def post(gateway, secret: str | None, body, path="/v1/chat/completions", **kwargs) -> httpx.Response:
+    headers = {"authorization": f"Bearer {secret}"} if secret else {}
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(gateway.url + path, content=content, headers=headers, timeout=30, **kwargs)
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and "Traceback" not in error["message"]
+    if code is not None:
+        assert error["code"] == code
+    assert response.headers["x-request-id"].startswith("req-")
+    return error
+
+
+@pytest.mark.parametrize(
+    ("header", "code"),
+    [
+        (None, "missing_api_key"),
+        ("Token abc", "invalid_api_key"),
+        ("Bearer sk-someone-elses-key-format", "invalid_api_key"),
+        ("Bearer " + mint_secret(), "invalid_api_key"),
+    ],
+)
+def test_bad_credentials_get_401(gateway, replica, header, code):
+    headers = {"authorization": header} if header else {}
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=CHAT, headers=headers)
+    assert_error(response, 401, code)
+
+
+def test_revoked_and_expired_keys_get_401_saying_which(gateway, replica, cast):
+    ApiKey.objects.filter(pk=cast["alice"].key_id).update(revoked_at=timezone.now())
+    ApiKey.objects.filter(pk=cast["bob"].key_id).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    # update() bypasses signals, so save one row to bump the config epoch for the gateway.
+    ApiKey.objects.get(pk=cast["carol"].key_id).save()
+    wait_for(lambda: post(gateway, cast["alice"].secret, CHAT).status_code == 401, what="revocation")
+    assert_error(post(gateway, cast["alice"].secret, CHAT), 401, "revoked_api_key")
+    assert_error(post(gateway, cast["bob"].secret, CHAT), 401, "expired_api_key")
+
+
+def test_a_revoked_key_stops_working_within_a_second(live_db_url, redis_url, replica, cast):
+    # A gateway with the production setting: it looks for changes at most every 0.5 s.
+    production_like = start_gateway(live_db_url, name="epoch", GP_AUTH_EPOCH_CHECK_SECONDS="0.5")
+    try:
+        assert post(production_like, cast["alice"].secret, CHAT).status_code == 200
+        ApiKey.objects.get(pk=cast["alice"].key_id).revoke()
+        revoked_at = time.monotonic()
+        wait_for(lambda: post(production_like, cast["alice"].secret, CHAT).status_code == 401, timeout=3, interval=0.05)
+        assert time.monotonic() - revoked_at < 1.0
+    finally:
+        production_like.stop()
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{this is not json", None),
+        ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": ["sim"], "messages": []}, "model"),
+        ({"model": MODEL, "messages": "hi"}, "messages"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": "please"}, "stream"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, "max_tokens"),
+    ],
+)
+def test_malformed_bodies_get_400(gateway, replica, cast, body, param):
+    error = assert_error(post(gateway, cast["alice"].secret, body), 400)
+    assert error["param"] == param
+
+
+def test_an_unknown_model_gets_404(gateway, replica, cast):
+    error = assert_error(post(gateway, cast["alice"].secret, {**CHAT, "model": "gpt-99"}), 404, "model_not_found")
+    assert "gpt-99" in error["message"]
+
+
+def test_an_oversized_body_gets_413(gateway, replica, cast):
+    huge = {**CHAT, "messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]}
+    assert_error(post(gateway, cast["alice"].secret, huge), 413, "request_too_large")
+
+
+def test_the_wrong_method_gets_405(gateway, replica, cast):
+    response = httpx.get(gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {cast['alice'].secret}"})
+    assert_error(response, 405)
+
+
+def test_an_engine_client_error_passes_through_with_its_status(gateway, replica, cast):
+    long_prompt = {**CHAT, "messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 100}
+    error = assert_error(post(gateway, cast["alice"].secret, long_prompt), 400)
+    assert "context length" in error["message"]
+
+
+def test_an_unreachable_engine_gets_502(gateway, replica, cast):
+    Replica.objects.filter(pk=replica.pk).update(base_url=f"http://127.0.0.1:{free_port()}")
+    Replica.objects.get(pk=replica.pk).save()
+    wait_for(lambda: post(gateway, cast["alice"].secret, CHAT).status_code == 502, what="the new replica URL")
+    assert_error(post(gateway, cast["alice"].secret, CHAT), 502, "upstream_unreachable")
+
+
+def test_an_engine_failure_gets_502(gateway, replica, cast, sim):
+    sim.set_faults(error_500=True)
+    assert_error(post(gateway, cast["alice"].secret, CHAT), 502, "upstream_error")
+
+
+class GarbledEngine:
+    """Answers every request with a 200 that is not JSON."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        async def serve():
+            async def answer(reader, writer):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n<garbage>")
+                await writer.drain()
+                writer.close()
+
+            self.server = await asyncio.start_server(answer, "127.0.0.1", self.port)
+            started.set()
+
+        threading.Thread(target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()), daemon=True).start()
+        started.wait(5)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def test_a_garbled_engine_answer_gets_502(gateway, replica, cast):
+    engine = GarbledEngine()
+    try:
+        Replica.objects.filter(pk=replica.pk).update(base_url=f"http://127.0.0.1:{engine.port}")
+        Replica.objects.get(pk=replica.pk).save()
+        wait_for(lambda: post(gateway, cast["alice"].secret, CHAT).status_code == 502, what="the garbled replica")
+        assert_error(post(gateway, cast["alice"].secret, CHAT), 502, "upstream_garbled")
+    finally:
+        engine.close()
+
+
+def test_a_stalled_engine_gets_504(live_db_url, redis_url, tiers, cast, sim):
+    Replica.objects.create(name="sim-a", base_url=sim.url, model=MODEL, max_num_seqs=8)
+    sim.set_faults(stall=True)
+    impatient = start_gateway(live_db_url, name="impatient", GP_UPSTREAM_READ_TIMEOUT="0.5")
+    try:
+        assert_error(post(impatient, cast["alice"].secret, CHAT), 504, "upstream_timeout")
+    finally:
+        impatient.stop()
+        sim.set_faults(stall=False)

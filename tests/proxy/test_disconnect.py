@@ -1,0 +1,49 @@
+"""A client that goes away takes its engine work with it."""
+
+import httpx
+
+from fairness import usage
+from fairness.connections import redis_sync
+from fairness.models import UsageRecord
+from tests.polling import wait_for
+from tests.proxy.conftest import MODEL
+
+LONG = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Tell me a very long story."}],
+    "max_tokens": 3000,
+    "ignore_eos": True,
+}
+
+
+def running(sim) -> int:
+    return sim.stats()["running"] + sim.stats()["waiting"]
+
+
+def test_leaving_mid_stream_aborts_the_engine_request(gateway, replica, cast, sim):
+    headers = {"authorization": f"Bearer {cast['alice'].secret}"}
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json={**LONG, "stream": True},
+                      headers=headers, timeout=30) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data: {"))
+        assert running(sim) == 1
+    # Leaving the block closed the connection mid-stream.
+    wait_for(lambda: running(sim) == 0, timeout=5, what="the engine to drop the request")
+
+    def recorded():
+        usage.flush(redis_sync())
+        return UsageRecord.objects.filter(request_id=request_id).first()
+
+    record = wait_for(recorded, what="the usage record")
+    assert record.status == 499 and 0 < record.completion_tokens < 3000
+
+
+def test_leaving_while_waiting_for_a_whole_answer_aborts_it_too(gateway, replica, cast, sim):
+    headers = {"authorization": f"Bearer {cast['bob'].secret}"}
+    try:
+        httpx.post(gateway.url + "/v1/chat/completions", json=LONG, headers=headers, timeout=1.0)
+    except httpx.ReadTimeout:
+        pass  # the client gave up, closing its connection
+    wait_for(lambda: running(sim) == 0, timeout=5, what="the engine to drop the request")

@@ -1,0 +1,74 @@
+"""The official openai SDK against a live gateway in front of a live enginesim."""
+
+import pytest
+
+from fairness import usage
+from fairness.connections import redis_sync
+from fairness.models import UsageRecord
+from tests.polling import wait_for
+from tests.proxy.conftest import MODEL
+
+MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]
+
+
+def recorded(request_id: str) -> UsageRecord:
+    def flushed():
+        usage.flush(redis_sync())
+        return UsageRecord.objects.filter(request_id=request_id).first()
+
+    return wait_for(flushed, timeout=10, what=f"usage of {request_id}")
+
+
+def test_chat_completion_answers_and_is_counted(cast, openai_for):
+    client = openai_for(cast["alice"])
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=12)
+    reply = raw.parse()
+    assert reply.choices[0].message.content
+    assert reply.usage.completion_tokens == 12 or reply.choices[0].finish_reason == "stop"
+    assert raw.headers["x-gpuportal-replica"] == "sim-a"
+    record = recorded(raw.headers["x-request-id"])
+    assert (record.prompt_tokens, record.completion_tokens) == (reply.usage.prompt_tokens, reply.usage.completion_tokens)
+    assert (record.status, record.stream, record.key_id) == (200, False, cast["alice"].key_id)
+
+
+def test_streamed_chat_passes_through_and_is_counted_without_the_client_asking(cast, openai_for):
+    client = openai_for(cast["bob"])
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=20, stream=True, extra_body={"ignore_eos": True}
+    )
+    chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    # The gateway asked the engine for usage; the client, who did not, never sees that chunk.
+    assert all(c.choices for c in chunks)
+    record = recorded(raw.headers["x-request-id"])
+    assert record.stream and record.status == 200
+    assert record.completion_tokens == 20 and record.prompt_tokens > 0
+    assert record.ttft_ms is not None
+
+
+def test_a_client_that_asks_for_stream_usage_gets_it(cast, openai_for):
+    client = openai_for(cast["bob"])
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=5, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    ))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_work_streamed_or_not(cast, openai_for, stream):
+    client = openai_for(cast["carol"])
+    raw = client.completions.with_raw_response.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=8, stream=stream, extra_body={"ignore_eos": True}
+    )
+    result = raw.parse()
+    text = "".join(c.choices[0].text for c in result if c.choices) if stream else result.choices[0].text
+    assert text
+    record = recorded(raw.headers["x-request-id"])
+    assert (record.endpoint, record.completion_tokens, record.stream) == ("completions", 8, stream)
+
+
+def test_models_lists_what_the_replicas_serve(cast, openai_for):
+    models = openai_for(cast["alice"]).models.list()
+    assert [m.id for m in models.data] == [MODEL]

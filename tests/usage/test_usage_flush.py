@@ -1,0 +1,53 @@
+import asyncio
+import time
+
+import pytest
+import redis.asyncio
+
+from fairness import usage
+from fairness.models import ApiKey, UsageRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def event(key_id: int, **overrides) -> usage.UsageEvent:
+    base: usage.UsageEvent = {
+        "key_id": key_id, "request_id": "req-1", "endpoint": "chat", "model": "m", "replica": "r1",
+        "status": 200, "stream": True, "prompt_tokens": 12, "completion_tokens": 34, "queued_ms": 5,
+        "ttft_ms": 40, "latency_ms": 300, "at": time.time(),
+    }
+    return {**base, **overrides}
+
+
+def push(redis_url: str, *events: usage.UsageEvent) -> None:
+    async def go():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        for item in events:
+            await usage.record(client, item)
+        await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_it_moves_events_into_the_database_and_marks_keys_used(cast, redis_client, redis_url):
+    alice = cast["alice"]
+    push(redis_url, event(alice.key_id), event(alice.key_id, request_id="req-2", completion_tokens=1))
+    assert usage.flush(redis_client) == 2
+    rows = UsageRecord.objects.order_by("request_id")
+    assert [(r.request_id, r.completion_tokens) for r in rows] == [("req-1", 34), ("req-2", 1)]
+    assert ApiKey.objects.get(pk=alice.key_id).last_used_at is not None
+    assert redis_client.llen(usage.USAGE_LIST) == 0
+    assert usage.flush(redis_client) == 0
+
+
+def test_it_drops_events_of_deleted_keys_without_losing_the_rest(cast, redis_client, redis_url):
+    push(redis_url, event(cast["bob"].key_id), event(999_999))
+    assert usage.flush(redis_client) == 1
+    assert redis_client.llen(usage.USAGE_LIST) == 0
+
+
+def test_a_second_flusher_waits_its_turn(cast, redis_client, redis_url):
+    push(redis_url, event(cast["carol"].key_id))
+    with redis_client.lock(usage.FLUSH_LOCK, timeout=5):
+        assert usage.flush(redis_client) == 0
+    assert usage.flush(redis_client) == 1
