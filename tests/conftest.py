@@ -12,6 +12,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from enginesim.process import EngineSimProcess, start_enginesim
 from tests.gateway_process import GatewayProcess, database_url
 
 TEST_REDIS_URL = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -19,6 +20,7 @@ TEST_REDIS_URL = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"
 settings.REDIS_URL = TEST_REDIS_URL
 settings.CELERY_BROKER_URL = TEST_REDIS_URL
 
+MODEL = "sim"
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
 
 
@@ -69,6 +71,17 @@ def start_gateway(db_url: str, name: str = "gateway", **extra: str) -> GatewayPr
     return GatewayProcess(port, gateway_env(db_url, **extra), LOG_DIR / f"{name}-{port}.log")
 
 
+@pytest.fixture
+def worker(live_db_url: str, redis_url: str, transactional_db):
+    """A real Celery worker with beat, over the test database and Redis."""
+    from tests.worker_process import WorkerProcess
+
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    process = WorkerProcess(gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5"), LOG_DIR / f"worker-{free_port()}.log")
+    yield process
+    process.stop()
+
+
 @pytest.fixture(scope="session")
 def gateway_session(live_db_url: str) -> Iterator[GatewayProcess]:
     process = start_gateway(live_db_url)
@@ -112,3 +125,29 @@ def cast(tiers) -> dict[str, Member]:
         key, secret = issue_key(user, tiers[tier_name], label=f"{username}'s key")
         members[username] = Member(username, tier_name, secret, key.pk)
     return members
+
+
+@pytest.fixture(scope="session")
+def sim() -> Iterator[EngineSimProcess]:
+    """One fast simulated engine shared by the live tests (its faults reset per test)."""
+    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def replica(sim: EngineSimProcess, gateway):
+    from fairness.models import Replica
+
+    sim.set_faults(health_fail=False, error_500=False, stall=False)
+    return Replica.objects.create(name="sim-a", base_url=sim.url, model=MODEL, max_num_seqs=8)
+
+
+@pytest.fixture
+def openai_for(gateway, replica):
+    from openai import OpenAI
+
+    def make(member: Member, **kwargs) -> OpenAI:
+        return OpenAI(base_url=gateway.url + "/v1", api_key=member.secret, max_retries=0, **kwargs)
+
+    return make

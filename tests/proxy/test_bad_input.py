@@ -14,7 +14,7 @@ from fairness.keys import mint_secret
 from fairness.models import ApiKey, Replica
 from tests.conftest import free_port, start_gateway
 from tests.polling import wait_for
-from tests.proxy.conftest import MODEL
+from tests.conftest import MODEL
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

@@ -6,7 +6,7 @@ from fairness import usage
 from fairness.connections import redis_sync
 from fairness.models import UsageRecord
 from tests.polling import wait_for
-from tests.proxy.conftest import MODEL
+from tests.conftest import MODEL
 
 MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]
 
