@@ -1,0 +1,305 @@
+"""The raw ASGI application: vLLM's OpenAI-compatible endpoints plus a few /sim/* controls.
+
+No web framework: routing is a dict lookup and bodies are pre-rendered bytes, so ``--instant``
+mode costs the gateway under test as little as possible.
+
+Client disconnects: once the body is read, a timed request keeps one ``receive()`` pending; it
+returns ``http.disconnect`` when the client goes away, and its callback aborts the sequence in
+the engine, which frees its slot and KV blocks at once (what vLLM does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from . import __version__
+from .config import SimConfig
+from .engine import Engine, Sequence, State
+from .instant import InstantEngine
+from .metrics import build_registry, render
+from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request
+from .tokens import block_hashes
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+JSON = [(b"content-type", b"application/json")]
+SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def read_body(receive: Receive) -> bytes:
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    parts = [body]
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON
+                  ) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def respond_error(send: Send, error: ApiError) -> None:
+    await respond(send, error.status, error.body())
+
+
+class EngineSimApp:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.faults = config.faults
+        self.engine: Engine | InstantEngine = (
+            InstantEngine(config) if config.instant else Engine(config)
+        )
+        self.registry = build_registry(self.engine, config.model)
+        self.model_json = json.dumps(config.model)
+        self.started = int(time.time())
+        self._bearer = f"Bearer {config.api_key}".encode() if config.api_key else None
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completions,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/version"): self._version,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/sim/stats"): self._stats,
+            ("POST", "/sim/reset-peak"): self._reset_peak,
+            ("GET", "/sim/faults"): self._get_faults,
+            ("POST", "/sim/faults"): self._set_faults,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if isinstance(self.engine, Engine):
+                    self.engine.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if isinstance(self.engine, Engine):
+                    await self.engine.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        handler = self._routes.get((scope["method"], path))
+        if handler is None:
+            known = any(route_path == path for _, route_path in self._routes)
+            status, kind = (405, "MethodNotAllowed") if known else (404, "NotFoundError")
+            await respond(send, status, error_body(status, f"{scope['method']} {path}", kind))
+            return
+        if self._bearer is not None and path.startswith("/v1/") and not self._authorized(scope):
+            await respond(send, 401, error_body(401, "Unauthorized", "AuthenticationError"))
+            return
+        try:
+            await handler(scope, receive, send)
+        except ClientGone:
+            pass
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return bool(value == self._bearer)
+        return False
+
+    # -- small endpoints
+
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        healthy = self.engine.alive and not self.faults.health_fail
+        await respond(send, 200 if healthy else 503, b"", [])
+
+    async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, dumps({"version": __version__}))
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        model = self.config.model
+        card = {
+            "id": model, "object": "model", "created": self.started, "owned_by": "vllm",
+            "root": model, "parent": None, "max_model_len": self.config.max_model_len,
+        }
+        await respond(send, 200, dumps({"object": "list", "data": [card]}))
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, render(self.registry),
+                      [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+
+    def stats(self) -> dict[str, Any]:
+        engine = self.engine
+        s = engine.stats
+        return {
+            # The server's monotonic clock, read with the counters: rates computed from two
+            # snapshots are then free of the polling client's own scheduling delays.
+            "clock": time.monotonic(),
+            "model": self.config.model,
+            "instant": self.config.instant,
+            "max_num_seqs": self.config.max_num_seqs,
+            "running": engine.num_running,
+            "waiting": engine.num_waiting,
+            "peak_running": s.peak_running,
+            "total_requests": s.requests_total,
+            "finished": dict(s.finished),
+            "prompt_tokens": s.prompt_tokens,
+            "generation_tokens": s.generation_tokens,
+            "prefix_cache_queries": s.prefix_queries,
+            "prefix_cache_hits": s.prefix_hits,
+            "preemptions": s.preemptions,
+            "kv_cache_usage": engine.kv_usage,
+            "slipped_seconds": getattr(engine, "slipped_s", 0.0),
+            "faults": self.faults.as_dict(),
+        }
+
+    async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, dumps(self.stats()))
+
+    async def _reset_peak(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await read_body(receive)
+        self.engine.reset_peak()
+        await respond(send, 200, dumps(self.stats()))
+
+    async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, dumps(self.faults.as_dict()))
+
+    async def _set_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            data = json.loads(await read_body(receive) or b"{}")
+            if not isinstance(data, dict):
+                raise ValueError("expected an object")
+            for name in ("health_fail", "error_500", "stall"):
+                if name in data:
+                    if not isinstance(data[name], bool):
+                        raise ValueError(f"{name} must be a boolean")
+                    setattr(self.faults, name, data[name])
+        except ValueError as exc:
+            await respond(send, 400, error_body(400, str(exc), "BadRequestError"))
+            return
+        await respond(send, 200, dumps(self.faults.as_dict()))
+
+    # -- completions
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, chat=True)
+
+    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, chat=False)
+
+    async def _generate(self, receive: Receive, send: Send, chat: bool) -> None:
+        body = await read_body(receive)
+        if self.faults.stall:
+            await until_disconnect(receive)
+            return
+        if self.faults.error_500:
+            await respond(send, 500, error_body(500, "Simulated engine failure",
+                                                "InternalServerError"))
+            return
+        try:
+            request = parse_request(body, chat, self.config)
+        except ApiError as error:
+            await respond_error(send, error)
+            return
+        writer = ReplyWriter(request, self.model_json)
+        if isinstance(self.engine, InstantEngine):
+            await self._instant(request, writer, send)
+        else:
+            await self._timed(self.engine, request, writer, receive, send)
+
+    async def _instant(self, request: CompletionRequest, writer: ReplyWriter, send: Send) -> None:
+        engine = self.engine
+        assert isinstance(engine, InstantEngine)
+        # Always max_tokens: a benchmark wants every reply the same size.
+        n, reason = request.max_tokens, "length"
+        engine.enter()
+        try:
+            if request.stream:
+                # One write with every event: the bytes a client parses are the same as a
+                # token-by-token stream, at a fraction of the cost.
+                events = writer.role_event() if request.chat else ""
+                events += writer.token_events(0, n, reason) + writer.tail_events(n)
+                await respond(send, 200, events.encode(), SSE)
+            else:
+                await respond(send, 200, writer.full_body(self.config.model, n, reason))
+        finally:
+            engine.leave(request.prompt_tokens, n, reason)
+
+    async def _timed(self, engine: Engine, request: CompletionRequest, writer: ReplyWriter,
+                     receive: Receive, send: Send) -> None:
+        seq = Sequence(
+            prompt_len=request.prompt_tokens,
+            block_hashes=(block_hashes(request.units, self.config.block_size)
+                          if self.config.enable_prefix_caching else []),
+            max_tokens=request.max_tokens,
+            target_tokens=request.target_tokens,
+            priority=request.priority,
+            stream=request.stream,
+        )
+        engine.submit(seq)
+        watcher = asyncio.ensure_future(receive())
+        watcher.add_done_callback(lambda _: engine.abort(seq))
+        try:
+            if request.stream:
+                await self._stream(seq, writer, send)
+            else:
+                await seq.wait()
+                if seq.state is State.FINISHED:
+                    assert seq.finish_reason is not None
+                    await respond(send, 200, writer.full_body(self.config.model, seq.generated,
+                                                              seq.finish_reason))
+        finally:
+            watcher.cancel()
+            engine.abort(seq)  # no-op once finished; frees the slot on any other way out
+
+    async def _stream(self, seq: Sequence, writer: ReplyWriter, send: Send) -> None:
+        # Headers go out at once, as vLLM's streaming response does, before any token.
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        seen = 0
+        while True:
+            await seq.wait(seen)
+            if seq.state is State.ABORTED:
+                return
+            produced = seq.generated
+            last = seq.state is State.FINISHED
+            events = writer.role_event() if seen == 0 and writer.request.chat else ""
+            events += writer.token_events(seen, produced, seq.finish_reason if last else None)
+            if last:
+                events += writer.tail_events(produced)
+            await send({"type": "http.response.body", "body": events.encode(),
+                        "more_body": not last})
+            seen = produced
+            if last:
+                return
+
+
+async def until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
