@@ -1,0 +1,83 @@
+"""The real-engine tier: real vLLM (CPU build) servers with the tiny model made locally.
+
+The tier never skips silently. Without the engine environment it fails with a message saying how
+to build it; GP_SKIP_ENGINE=1 is the explicit opt-out for machines that cannot run vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.engine.vllm_server import REPO_ROOT, SERVED_MODEL_NAME, VLLMServer, engine_python, start_all, stop_all
+
+MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"))
+LOG_DIR = REPO_ROOT / "var" / "test-logs"
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.engine)
+
+
+def _prepare_engine() -> None:
+    python = engine_python()
+    if not Path(python).exists():
+        raise RuntimeError(
+            f"The engine tier needs vLLM's CPU build at {python}. Build it with `make engine` "
+            "(or scripts/engine-venv.sh), or set GP_SKIP_ENGINE=1 to skip this tier explicitly."
+        )
+    # Makes the tiny model, or does nothing when DIR already holds this recipe's model.
+    subprocess.run([python, "-m", "tests.engine.make_model", str(MODEL_DIR)], cwd=REPO_ROOT, check=True)
+
+
+@pytest.fixture(scope="session")
+def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
+    """Two real vLLM servers, one per core: `fcfs` and one using the priority policy."""
+    if os.environ.get("GP_SKIP_ENGINE") == "1":
+        print("\nGP_SKIP_ENGINE=1: the real-engine tier is SKIPPED")
+        pytest.skip("GP_SKIP_ENGINE=1: real-engine tier skipped on request")
+    _prepare_engine()
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    servers = (
+        VLLMServer(MODEL_DIR, cpus="0", log_path=LOG_DIR / "vllm-fcfs.log"),
+        VLLMServer(MODEL_DIR, cpus="1", scheduling_policy="priority", log_path=LOG_DIR / "vllm-priority.log"),
+    )
+    started = time.monotonic()
+    start_all(list(servers))
+    print(f"\nreal vLLM: two servers ready in {time.monotonic() - started:.1f} s "
+          f"({', '.join(f'{s.ready_after:.1f} s' for s in servers)})")
+    yield servers
+    stop_all(servers)
+
+
+@pytest.fixture
+def engine_replicas(vllm_pair, gateway):
+    """Both servers registered as replicas of the model `tiny` for this test."""
+    from fairness.models import Replica
+
+    fcfs, priority = vllm_pair
+    return (
+        Replica.objects.create(name="vllm-fcfs", base_url=fcfs.base_url, model=SERVED_MODEL_NAME, max_num_seqs=8),
+        Replica.objects.create(
+            name="vllm-priority", base_url=priority.base_url, model=SERVED_MODEL_NAME, max_num_seqs=8,
+            scheduling_policy=Replica.Policy.PRIORITY,
+        ),
+    )
+
+
+@pytest.fixture
+def engine_client(gateway, engine_replicas):
+    from openai import OpenAI
+
+    def make(member, **kwargs) -> OpenAI:
+        return OpenAI(base_url=gateway.url + "/v1", api_key=member.secret, max_retries=0, timeout=120, **kwargs)
+
+    return make
