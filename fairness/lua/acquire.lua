@@ -1,0 +1,68 @@
+-- acquire.lua: take a lease at once if the demand is admissible, else queue a ticket.
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- ARGV[5]  handle (the future lease id)     ARGV[6] key id    ARGV[7] pool (tier)   ARGV[8] group
+-- ARGV[9]  key cap    ARGV[10] pool cap ("" = none)    ARGV[11] head start (s)   ARGV[12] borrow 0/1
+-- ARGV[13] max queued per key (-1 = no limit)    ARGV[14] enqueued_at    ARGV[15] deadline
+-- ARGV[16] pub/sub channel of the caller's process, where its later grant is announced
+-- Returns  {1, borrowed 0/1, queued_seconds}   granted now (no message is published)
+--          {0, member}                         queued; the grant comes by pub/sub
+--          {-1, retry_after_seconds}           the key already has max queued tickets
+local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
+local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+QUIET = handle
+reap()
+
+-- The latest demand states the caps; a changed cap changes who is eligible.
+if redis.call('HGET', NS .. 'kcap', key) ~= key_cap then
+  redis.call('HSET', NS .. 'kcap', key, key_cap)
+  refresh_key(key)
+end
+if redis.call('HGET', NS .. 'pcap', pool) ~= (pool_cap ~= '' and pool_cap or false) then
+  if pool_cap == '' then redis.call('HDEL', NS .. 'pcap', pool)
+  else redis.call('HSET', NS .. 'pcap', pool, pool_cap) end
+  refresh_pool(pool)
+end
+pump_dirty()
+
+-- A retried call (same handle) must not queue or take twice.
+local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
+if existing then return {0, existing} end
+local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at')
+if leased[1] then
+  return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2]))}
+end
+
+-- Fast path. After pumping, an eligible ticket waits only when the group is full, so an empty
+-- l3 with a free slot means nobody is ahead of this demand.
+local cap = num(redis.call('HGET', NS .. 'cap', group))
+local busy = num(redis.call('HGET', NS .. 'gin', group))
+if busy < cap and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
+  if key_open(key) and pool_open(pool) then
+    take(handle, key, pool, group, 0, enq, NOW + TTL)
+    return {1, 0, string.format('%.6f', NOW - enq)}
+  end
+  if borrow == '1' and busy + 1 <= cap - RESERVE and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
+    take(handle, key, pool, group, 1, enq, NOW + TTL)
+    return {1, 1, string.format('%.6f', NOW - enq)}
+  end
+end
+
+if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued then
+  -- A place in this key's queue is free at the latest when its oldest ticket must leave.
+  local soonest = nil
+  for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
+    local member = head(NS .. 'q:' .. key .. '|' .. pg)
+    if member then
+      local d = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'deadline'))
+      if soonest == nil or d < soonest then soonest = d end
+    end
+  end
+  return {-1, math.max(1, math.ceil((soonest or NOW) - NOW))}
+end
+
+local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline)
+pump_dirty()
+local g = GRANTED[handle]
+if g then return {1, g[1], string.format('%.6f', g[2])} end
+return {0, member}
