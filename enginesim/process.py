@@ -81,6 +81,11 @@ class EngineSimProcess:
         result: dict[str, Any] = self._request("POST", "/sim/reset-peak", {})
         return result
 
+    def requests(self) -> list[dict[str, Any]]:
+        """The request log since the last reset_peak(): user, priority, arrived, ended."""
+        result: list[dict[str, Any]] = self._request("GET", "/sim/requests")
+        return result
+
     def set_faults(self, **switches: bool) -> dict[str, bool]:
         """E.g. ``set_faults(health_fail=True)``; unnamed switches keep their value."""
         result: dict[str, bool] = self._request("POST", "/sim/faults", switches)

@@ -66,6 +66,7 @@ class CompletionRequest:
     include_usage: bool
     priority: int
     seed: int
+    user: str = ""  # the OpenAI `user` field: tests tell callers apart by it in /sim/requests
 
 
 def _int_field(data: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -164,8 +165,9 @@ def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionReque
         target = max_tokens
     else:
         target = natural_length(seed, max_tokens, min_tokens)
+    user = data.get("user")
     return CompletionRequest(chat, units, prompt_tokens, max_tokens, target, stream,
-                             include_usage, priority, seed)
+                             include_usage, priority, seed, user if isinstance(user, str) else "")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ the engine, which frees its slot and KV blocks at once (what vLLM does).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -79,6 +80,8 @@ class EngineSimApp:
         self.model_json = json.dumps(config.model)
         self.started = int(time.time())
         self._bearer = f"Bearer {config.api_key}".encode() if config.api_key else None
+        # Who was in the engine when: the ground truth for tests of the gateway's caps.
+        self.request_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
         self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/completions"): self._completions,
@@ -88,6 +91,7 @@ class EngineSimApp:
             ("GET", "/metrics"): self._metrics,
             ("GET", "/sim/stats"): self._stats,
             ("POST", "/sim/reset-peak"): self._reset_peak,
+            ("GET", "/sim/requests"): self._requests,
             ("GET", "/sim/faults"): self._get_faults,
             ("POST", "/sim/faults"): self._set_faults,
         }
@@ -186,7 +190,12 @@ class EngineSimApp:
     async def _reset_peak(self, scope: Scope, receive: Receive, send: Send) -> None:
         await read_body(receive)
         self.engine.reset_peak()
+        self.request_log.clear()
         await respond(send, 200, dumps(self.stats()))
+
+    async def _requests(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every timed request since the last reset: user, priority, arrival, end (monotonic)."""
+        await respond(send, 200, dumps(list(self.request_log)))
 
     async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, dumps(self.faults.as_dict()))
@@ -264,6 +273,9 @@ class EngineSimApp:
             stream=request.stream,
         )
         engine.submit(seq)
+        entry = {"user": request.user, "priority": request.priority, "arrived": seq.arrival,
+                 "ended": None, "outcome": None}
+        self.request_log.append(entry)
         watcher = asyncio.ensure_future(receive())
         watcher.add_done_callback(lambda _: engine.abort(seq))
         try:
@@ -278,6 +290,8 @@ class EngineSimApp:
         finally:
             watcher.cancel()
             engine.abort(seq)  # no-op once finished; frees the slot on any other way out
+            entry["ended"] = time.monotonic()
+            entry["outcome"] = seq.finish_reason
 
     async def _stream(self, seq: Sequence, writer: ReplyWriter, send: Send) -> None:
         # Headers go out at once, as vLLM's streaming response does, before any token.

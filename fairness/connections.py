@@ -20,7 +20,11 @@ def redis_async() -> redis.asyncio.Redis:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL, max_connections=256)
+        # A burst beyond the pool waits for a free connection instead of failing.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, max_connections=512, timeout=10
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
         _async_clients[loop] = client
     return client
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -104,7 +104,11 @@ class Replica(models.Model):
 
     name = models.SlugField(max_length=60, unique=True)
     base_url = models.URLField(help_text="Without /v1, e.g. http://10.0.0.5:8000")
-    model = models.CharField(max_length=200, help_text="The served model name clients ask for.")
+    model = models.CharField(
+        max_length=200,
+        validators=[RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")],
+        help_text="The served model name clients ask for.",
+    )
     engine_kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.VLLM)
     max_num_seqs = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     scheduling_policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FCFS)

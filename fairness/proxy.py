@@ -7,6 +7,7 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -18,6 +19,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from fairness import upstream, usage, validation
+from fairness.admission import Admission, Demand, Grant, QueueFull, QueueTimeout
 from fairness.connections import redis_async
 from fairness.epoch import EpochWatch
 from fairness.errors import ApiError
@@ -40,12 +42,43 @@ class Gateway:
         self.directory: ReplicaDirectory | None = None
         self.in_flight: Counter[str] = Counter()
         self._turn = 0
+        self._reload_lock = asyncio.Lock()
+        self._admissions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Admission] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def admission(self) -> Admission:
+        """The admission of the running loop (it owns a pub/sub connection and tasks)."""
+        loop = asyncio.get_running_loop()
+        existing = self._admissions.get(loop)
+        if existing is None:
+            existing = Admission(
+                redis_async(),
+                lease_ttl=settings.GP_LEASE_TTL_SECONDS,
+                reserve_slots=settings.GP_RESERVE_SLOTS,
+                recheck_seconds=min(1.0, settings.GP_LEASE_TTL_SECONDS / 3),
+            )
+            self._admissions[loop] = existing
+        return existing
 
     async def refresh(self) -> ReplicaDirectory:
-        if await self.epoch.changed(redis_async()) or self.directory is None:
-            self.keys.clear()
-            self.directory = await ReplicaDirectory.load()
+        # One request reloads while the others wait: a request that raced past a reload in
+        # progress would otherwise use the stale directory it replaces.
+        async with self._reload_lock:
+            if await self.epoch.changed(redis_async()) or self.directory is None:
+                await self._reload()
+        assert self.directory is not None
         return self.directory
+
+    async def _reload(self) -> None:
+        self.keys.clear()
+        previous = self.directory
+        self.directory = await ReplicaDirectory.load()
+        gone = set(previous.models()) - set(self.directory.models()) if previous else set()
+        for model in gone:
+            await self.admission().set_capacity(model, 0)
+        for model in self.directory.models():
+            await self.admission().set_capacity(model, self.directory.slots(model))
 
     def choose(self, replicas: list[ReplicaInfo]) -> ReplicaInfo:
         # Least loaded in this process, rotating among equals.
@@ -135,7 +168,18 @@ class Exchange:
             "at": time.time(),
         }
         self.replica: ReplicaInfo | None = None
+        self.grant: Grant | None = None
         self._closed = False
+
+    async def admit(self, demand: Demand) -> None:
+        """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
+        try:
+            self.grant = await gateway.admission().acquire(demand)
+        except QueueFull as exc:
+            raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
+        except QueueTimeout as exc:
+            raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
+        self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
 
     def bind(self, replica: ReplicaInfo) -> None:
         self.replica = replica
@@ -149,6 +193,11 @@ class Exchange:
         self._closed = True
         if self.replica is not None:
             gateway.in_flight[self.replica.name] -= 1
+        if self.grant is not None:
+            try:
+                await gateway.admission().release(self.grant)
+            except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in one TTL
+                log.warning("could not release lease %s", self.grant.lease_id, exc_info=True)
         now = time.perf_counter()
         self.event["status"] = status
         self.event["latency_ms"] = round((now - self.started) * 1000)
@@ -177,6 +226,7 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
 
     exchange = Exchange(request_id, key, endpoint, parsed.model, parsed.stream)
     try:
+        await exchange.admit(demand_of(key, parsed.model))
         replica = gateway.choose(replicas)
         exchange.bind(replica)
         priority = key.tier.engine_priority if replica.priority_policy else None
@@ -210,6 +260,21 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
     except BaseException:
         await asyncio.shield(exchange.close(502))
         raise
+
+
+def demand_of(key: KeyInfo, model: str) -> Demand:
+    tier = key.tier
+    return Demand(
+        key_id=str(key.id),
+        tier=tier.name,
+        per_key_cap=tier.per_key_concurrency,
+        pool_cap=tier.pool_concurrency,
+        head_start_seconds=tier.head_start_seconds,
+        borrow=tier.borrow_idle_slots,
+        max_queued_per_key=tier.max_queued_per_key,
+        max_wait_seconds=tier.max_queue_wait_seconds,
+        group=model,
+    )
 
 
 async def _whole_response(

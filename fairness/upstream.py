@@ -52,6 +52,14 @@ async def open_stream(
     request = client().build_request("POST", replica.base_url + path, content=body, headers=headers)
     try:
         return await client().send(request, stream=True)
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        # A pooled keep-alive connection to an engine that has since restarted fails like this
+        # before any answer; the engine aborts whatever it got, so one fresh try is safe.
+        pass
+    except httpx.HTTPError as exc:
+        raise translate(exc, replica) from exc
+    try:
+        return await client().send(request, stream=True)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
 

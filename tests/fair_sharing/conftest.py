@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis.asyncio
+
+from enginesim.process import EngineSimProcess, start_enginesim
+from fairness.admission import Admission
+from tests.conftest import MODEL, TEST_REDIS_URL, Member
+
+
+def peak_overlap(entries: list[dict]) -> int:
+    """The most requests that were in the engine at one moment."""
+    events = []
+    for entry in entries:
+        events.append((entry["arrived"], 1))
+        events.append((entry["ended"] if entry["ended"] is not None else math.inf, -1))
+    peak = current = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts at a tie
+        current += change
+        peak = max(peak, current)
+    return peak
+
+
+def admission_stats() -> dict:
+    async def read():
+        client = redis.asyncio.Redis.from_url(TEST_REDIS_URL)
+        admission = Admission(client)
+        try:
+            return await admission.stats()
+        finally:
+            await admission.close()
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def nothing_held() -> bool:
+    stats = admission_stats()
+    return all(g["in_flight"] == 0 and g["queued"] == 0 for g in stats["groups"].values()) and not stats["keys"]
+
+
+@pytest.fixture
+def engine8() -> Iterator[EngineSimProcess]:
+    """A private 8-slot engine whose request log this test alone reads."""
+    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
+    yield process
+    process.stop()
+
+
+def chat_body(member: Member, max_tokens: int = 40, stream: bool = False, **extra) -> dict:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"{member.username} asks a question"}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": stream,
+        "user": member.username,
+        **extra,
+    }
+
+
+async def send(client: httpx.AsyncClient, url: str, member: Member, body: dict) -> httpx.Response:
+    headers = {"authorization": f"Bearer {member.secret}"}
+    if body.get("stream"):
+        async with client.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as response:
+            await response.aread()
+            return response
+    return await client.post(url + "/v1/chat/completions", json=body, headers=headers)
+
+
+def key_stats(member: Member) -> dict:
+    return admission_stats()["keys"].get(str(member.key_id), {"in_flight": 0, "queued": 0})
+
+
+async def wait_async(condition, timeout: float = 10.0) -> None:
+    """Poll a blocking condition from async code, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; admission: {await asyncio.to_thread(admission_stats)}")
+        await asyncio.sleep(0.02)
+
+
+async def hold(client: httpx.AsyncClient, url: str, member: Member, count: int) -> list[asyncio.Task]:
+    """Start `count` long streams for `member` and return once all of them are admitted."""
+    long = chat_body(member, max_tokens=3000, stream=True)
+    tasks = [asyncio.create_task(send(client, url, member, long)) for _ in range(count)]
+    await wait_async(lambda: key_stats(member)["in_flight"] == count)
+    return tasks
+
+
+async def drop(tasks: list[asyncio.Task]) -> None:
+    """The clients of these requests hang up."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,32 @@
+"""Idle capacity is not wasted: a lone batch job borrows all but the reserve."""
+
+import asyncio
+
+import httpx
+
+from fairness.models import Replica
+from tests.conftest import MODEL
+from tests.fair_sharing.conftest import chat_body, drop, nothing_held, peak_overlap, send, wait_async
+from tests.polling import wait_for
+
+
+def test_a_lone_batch_key_borrows_all_slots_but_the_reserve(gateway, cast, engine8):
+    Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
+    carol, alice = cast["carol"], cast["alice"]  # batch: 2 per key, 2 in the pool; reserve is 2
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=120) as client:
+            batch = [asyncio.create_task(send(client, gateway.url, carol, chat_body(carol, max_tokens=2500, stream=True)))
+                     for _ in range(10)]
+            await wait_async(lambda: engine8.stats()["running"] == 6)
+            chat = await send(client, gateway.url, alice, chat_body(alice, max_tokens=5))
+            await drop(batch)
+            return chat
+
+    chat = asyncio.run(scenario())
+    log = engine8.requests()
+    batch_log = [e for e in log if e["user"] == "carol"]
+    assert peak_overlap(batch_log) == 6  # 8 slots less the reserve of 2, not the cap of 2
+    assert chat.status_code == 200
+    assert int(chat.headers["x-gpuportal-queued-ms"]) < 100  # the reserve was there for alice
+    wait_for(nothing_held, timeout=5, what="leases back")
