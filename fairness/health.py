@@ -31,32 +31,36 @@ DEFAULT_TIMEOUT = 1.0
 DEFAULT_COOLDOWN = 10.0
 
 
-def key(name: str) -> str:
-    return f"{NS}health:{name}"
+def key(replica: ReplicaInfo) -> str:
+    # The address is part of the key: a replica moved to a new address starts with no verdict
+    # rather than inheriting the old address's.
+    return f"{NS}health:{replica.name}@{replica.base_url}"
 
 
-def from_marks(names: Sequence[str], marks: Sequence[bytes | str | None]) -> set[str]:
-    """The healthy names, given each name's raw key value (None: never probed)."""
-    return {name for name, mark in zip(names, marks) if mark not in (DOWN, DOWN.decode())}
+def from_marks(replicas: Sequence[ReplicaInfo], marks: Sequence[bytes | str | None]) -> set[str]:
+    """The healthy names, given each replica's raw key value (None: never probed)."""
+    return {r.name for r, mark in zip(replicas, marks) if mark not in (DOWN, DOWN.decode())}
 
 
-async def healthy(client: redis.asyncio.Redis, names: Sequence[str]) -> set[str]:
-    if not names:
+async def healthy(client: redis.asyncio.Redis, replicas: Sequence[ReplicaInfo]) -> set[str]:
+    if not replicas:
         return set()
-    return from_marks(names, await client.mget([key(name) for name in names]))
+    return from_marks(replicas, await client.mget([key(r) for r in replicas]))
 
 
 async def mark_down(
-    client: redis.asyncio.Redis, name: str, cooldown: float = DEFAULT_COOLDOWN
+    client: redis.asyncio.Redis, replica: ReplicaInfo, cooldown: float = DEFAULT_COOLDOWN
 ) -> None:
-    await client.set(key(name), DOWN, px=_ms(cooldown))
+    await client.set(key(replica), DOWN, px=_ms(cooldown))
 
 
-async def probe(replica: ReplicaInfo, timeout: float = DEFAULT_TIMEOUT) -> bool:
+async def probe(replica: ReplicaInfo, timeout: float = DEFAULT_TIMEOUT) -> bool | None:
+    """True or False, or None when it did not answer in time: a busy engine's front end can be
+    slow to answer /health without being down, so a timeout gives no verdict."""
     try:
         response = await upstream.get(replica, "/health", timeout)
-    except ApiError:  # refused, reset, timed out: the seam has already mapped it
-        return False
+    except ApiError as exc:  # refused, reset, timed out: the seam has already mapped it
+        return None if exc.code == "upstream_timeout" else False
     return response.is_success
 
 
@@ -68,11 +72,12 @@ async def probe_all(
 ) -> dict[str, bool]:
     """Probe every replica at once and publish the verdicts; returns name -> healthy."""
     results = await asyncio.gather(*(probe(r, timeout) for r in replicas))
-    verdicts = {r.name: ok for r, ok in zip(replicas, results)}
+    verdicts = {r.name: ok for r, ok in zip(replicas, results) if ok is not None}
     if verdicts:
         async with client.pipeline(transaction=False) as pipe:
-            for name, ok in verdicts.items():
-                pipe.set(key(name), UP if ok else DOWN, px=_ms(ttl))
+            for replica, ok in zip(replicas, results):
+                if ok is not None:
+                    pipe.set(key(replica), UP if ok else DOWN, px=_ms(ttl))
             await pipe.execute()
     return verdicts
 

@@ -114,6 +114,12 @@ class Replica(models.Model):
     scheduling_policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FCFS)
     enabled = models.BooleanField(default=True)
     api_key = models.CharField(max_length=200, blank=True, help_text="The engine's own key, if any.")
+    tiers = models.ManyToManyField(
+        Tier,
+        blank=True,
+        related_name="replicas",
+        help_text="Serve only these tiers (a deployment of their own); none means every tier.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -7,8 +7,6 @@ import json
 import logging
 import time
 import uuid
-import weakref
-from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import httpx
@@ -18,76 +16,18 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from fairness import upstream, usage, validation
-from fairness.admission import Admission, Demand, Grant, QueueFull, QueueTimeout
-from fairness.connections import redis_async
-from fairness.epoch import EpochWatch
+from fairness import routing, upstream, validation
 from fairness.errors import ApiError
-from fairness.keys import KeyCache, KeyInfo
+from fairness.exchange import Exchange, demand_of
+from fairness.gateway import gateway
 from fairness.relay import Relay, StreamTally
-from fairness.replicas import ReplicaDirectory, ReplicaInfo
+from fairness.replicas import ReplicaInfo
 
 log = logging.getLogger(__name__)
 
 REPLICA_HEADER = "X-GPUPortal-Replica"
 QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
-
-
-class Gateway:
-    """Per-process state of the request path: caches and this process's in-flight counts."""
-
-    def __init__(self) -> None:
-        self.keys = KeyCache(settings.GP_KEY_CACHE_SECONDS)
-        self.epoch = EpochWatch(settings.GP_AUTH_EPOCH_CHECK_SECONDS)
-        self.directory: ReplicaDirectory | None = None
-        self.in_flight: Counter[str] = Counter()
-        self._turn = 0
-        self._reload_lock = asyncio.Lock()
-        self._admissions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Admission] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def admission(self) -> Admission:
-        """The admission of the running loop (it owns a pub/sub connection and tasks)."""
-        loop = asyncio.get_running_loop()
-        existing = self._admissions.get(loop)
-        if existing is None:
-            existing = Admission(
-                redis_async(),
-                lease_ttl=settings.GP_LEASE_TTL_SECONDS,
-                reserve_slots=settings.GP_RESERVE_SLOTS,
-                recheck_seconds=min(1.0, settings.GP_LEASE_TTL_SECONDS / 3),
-            )
-            self._admissions[loop] = existing
-        return existing
-
-    async def refresh(self) -> ReplicaDirectory:
-        # One request reloads while the others wait: a request that raced past a reload in
-        # progress would otherwise use the stale directory it replaces.
-        async with self._reload_lock:
-            if await self.epoch.changed(redis_async()) or self.directory is None:
-                await self._reload()
-        assert self.directory is not None
-        return self.directory
-
-    async def _reload(self) -> None:
-        self.keys.clear()
-        previous = self.directory
-        self.directory = await ReplicaDirectory.load()
-        gone = set(previous.models()) - set(self.directory.models()) if previous else set()
-        for model in gone:
-            await self.admission().set_capacity(model, 0)
-        for model in self.directory.models():
-            await self.admission().set_capacity(model, self.directory.slots(model))
-
-    def choose(self, replicas: list[ReplicaInfo]) -> ReplicaInfo:
-        # Least loaded in this process, rotating among equals.
-        self._turn += 1
-        order = replicas[self._turn % len(replicas) :] + replicas[: self._turn % len(replicas)]
-        return min(order, key=lambda r: self.in_flight[r.name] / r.max_num_seqs)
-
-
-gateway = Gateway()
+SESSION_HEADER = "X-Session-ID"
 
 
 @csrf_exempt
@@ -105,10 +45,11 @@ async def models(request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
             raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
         directory = await gateway.refresh()
-        await gateway.keys.authenticate(request.headers.get("authorization"))
+        key = await gateway.keys.authenticate(request.headers.get("authorization"))
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
             for name in directory.models()
+            if directory.serving(name, key.tier.name)
         ]
         return HttpResponse(json.dumps({"object": "list", "data": data}), content_type="application/json")
 
@@ -124,7 +65,10 @@ async def _guarded(request: HttpRequest, handler: Callable[[str], Awaitable[Http
         response = exc.response()
     except redis.exceptions.RedisError:
         log.exception("redis unavailable")
-        response = ApiError(503, "The gateway's state store is unavailable; try again shortly.", "store_unavailable", retry_after=5).response()
+        response = ApiError(
+            503, "The gateway's state store is unavailable; try again shortly.", "store_unavailable",
+            retry_after=5,
+        ).response()
     except Exception:
         log.exception("unexpected gateway error for %s", request_id)
         response = ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
@@ -134,9 +78,7 @@ async def _guarded(request: HttpRequest, handler: Callable[[str], Awaitable[Http
 
 def _read_body(request: HttpRequest) -> bytes:
     too_big = ApiError(
-        413,
-        f"The request body exceeds the limit of {settings.GP_MAX_BODY_BYTES} bytes.",
-        "request_too_large",
+        413, f"The request body exceeds the limit of {settings.GP_MAX_BODY_BYTES} bytes.", "request_too_large"
     )
     try:
         body = request.body
@@ -147,72 +89,6 @@ def _read_body(request: HttpRequest) -> bytes:
     return body
 
 
-class Exchange:
-    """One forwarded request: holds what must be given back and what gets recorded."""
-
-    def __init__(self, request_id: str, key: KeyInfo, endpoint: str, model: str, stream: bool) -> None:
-        self.started = time.perf_counter()
-        self.event: usage.UsageEvent = {
-            "key_id": key.id,
-            "request_id": request_id,
-            "endpoint": endpoint,
-            "model": model,
-            "replica": "",
-            "status": 0,
-            "stream": stream,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "queued_ms": 0,
-            "ttft_ms": None,
-            "latency_ms": 0,
-            "at": time.time(),
-        }
-        self.replica: ReplicaInfo | None = None
-        self.grant: Grant | None = None
-        self._closed = False
-
-    async def admit(self, demand: Demand) -> None:
-        """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
-        try:
-            self.grant = await gateway.admission().acquire(demand)
-        except QueueFull as exc:
-            raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
-        except QueueTimeout as exc:
-            raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
-        self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
-
-    def bind(self, replica: ReplicaInfo) -> None:
-        self.replica = replica
-        self.event["replica"] = replica.name
-        gateway.in_flight[replica.name] += 1
-
-    async def close(self, status: int, tally: StreamTally | None = None) -> None:
-        """Release everything held and record usage; safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.replica is not None:
-            gateway.in_flight[self.replica.name] -= 1
-        if self.grant is not None:
-            try:
-                await gateway.admission().release(self.grant)
-            except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in one TTL
-                log.warning("could not release lease %s", self.grant.lease_id, exc_info=True)
-        now = time.perf_counter()
-        self.event["status"] = status
-        self.event["latency_ms"] = round((now - self.started) * 1000)
-        if tally is not None:
-            self.event["prompt_tokens"] = tally.prompt_tokens
-            self.event["completion_tokens"] = tally.completion_tokens or tally.content_events
-            if tally.first_byte_at is not None:
-                self.event["ttft_ms"] = round((tally.first_byte_at - self.started) * 1000)
-            if tally.failed:
-                self.event["status"] = 502
-            elif not tally.finished:
-                self.event["status"] = 499  # the client went away before the end
-        await usage.record(redis_async(), self.event)
-
-
 async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpResponse:
     if request.method != "POST":
         raise ApiError(405, "Use POST for this endpoint.", "method_not_allowed")
@@ -220,41 +96,38 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
     key = await gateway.keys.authenticate(request.headers.get("authorization"))
     body = _read_body(request)
     parsed = validation.parse(body, endpoint)
-    replicas = directory.serving(parsed.model)
-    if not replicas:
+    if not directory.serving(parsed.model):
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
+    replicas = directory.serving(parsed.model, key.tier.name)
+    if not replicas:
+        raise ApiError(
+            403, f"The model '{parsed.model}' is not served to the {key.tier.name} tier.",
+            "model_not_available_for_tier", param="model",
+        )
+    group = directory.group(parsed.model, key.tier.name)
+    if not gateway.has_capacity(group):
+        raise ApiError(
+            503, f"No healthy replica serves '{parsed.model}' right now.", "no_healthy_replica", retry_after=10
+        )
 
     exchange = Exchange(request_id, key, endpoint, parsed.model, parsed.stream)
     try:
-        await exchange.admit(demand_of(key, parsed.model))
-        replica = gateway.choose(replicas)
-        exchange.bind(replica)
-        priority = key.tier.engine_priority if replica.priority_policy else None
-        data = validation.upstream_body(parsed, body, priority)
-        response = await upstream.open_stream(replica, request.path, data, request_id)
+        await exchange.admit(demand_of(key, group))
+        conversation = routing.conversation_key(parsed.payload, request.headers.get(SESSION_HEADER))
+        order = await gateway.plan(replicas, conversation)
+        replica, response = await _forward(order[:2], exchange, parsed, body, request.path, request_id, key.tier.engine_priority)
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(exchange.event["queued_ms"])}
         if response.status_code != 200:
             error = await _engine_error(response, replica)
             await exchange.close(error.status)
             return error.response(headers)
         if parsed.stream:
-            relay = Relay(
-                response,
-                strip_usage=not parsed.wants_usage,
-                on_done=lambda tally: exchange.close(200, tally),
-                replica_name=replica.name,
-            )
-            streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
-            streaming["Cache-Control"] = "no-cache"
-            streaming["X-Accel-Buffering"] = "no"
-            for name, value in headers.items():
-                streaming[name] = value
-            return streaming
+            return _streaming(response, replica, exchange, parsed, headers)
         return await _whole_response(response, replica, exchange, headers)
     except ApiError as exc:
         await exchange.close(exc.status)
         raise
-    except asyncio.CancelledError:  # the client left while we waited on the engine
+    except asyncio.CancelledError:  # the client left while we waited
         await asyncio.shield(exchange.close(499))
         raise
     except BaseException:
@@ -262,19 +135,49 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
         raise
 
 
-def demand_of(key: KeyInfo, model: str) -> Demand:
-    tier = key.tier
-    return Demand(
-        key_id=str(key.id),
-        tier=tier.name,
-        per_key_cap=tier.per_key_concurrency,
-        pool_cap=tier.pool_concurrency,
-        head_start_seconds=tier.head_start_seconds,
-        borrow=tier.borrow_idle_slots,
-        max_queued_per_key=tier.max_queued_per_key,
-        max_wait_seconds=tier.max_queue_wait_seconds,
-        group=model,
+async def _forward(
+    candidates: list[ReplicaInfo], exchange: Exchange, parsed: validation.ProxyRequest, body: bytes,
+    path: str, request_id: str, engine_priority: int,
+) -> tuple[ReplicaInfo, httpx.Response]:
+    """Send to the first candidate; if it fails before answering anything, once to the next."""
+    for attempt, replica in enumerate(candidates):
+        last = attempt == len(candidates) - 1
+        await exchange.bind(replica)
+        data = validation.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
+        try:
+            response = await upstream.open_stream(replica, path, data, request_id)
+        except ApiError as exc:
+            if exc.code != "upstream_unreachable":
+                raise  # a timeout is a busy engine, not a dead one: no retry, no mark
+            await gateway.replica_failed(replica)
+            if last:
+                raise
+            continue
+        if response.status_code >= 500:
+            await gateway.replica_failed(replica)
+            if not last:
+                await response.aclose()
+                continue
+        return replica, response
+    raise AssertionError("no candidates")  # the caller always passes at least one
+
+
+def _streaming(
+    response: httpx.Response, replica: ReplicaInfo, exchange: Exchange,
+    parsed: validation.ProxyRequest, headers: dict[str, str],
+) -> StreamingHttpResponse:
+    relay = Relay(
+        response,
+        strip_usage=not parsed.wants_usage,
+        on_done=lambda tally: exchange.close(200, tally),
+        replica_name=replica.name,
     )
+    streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
+    streaming["Cache-Control"] = "no-cache"
+    streaming["X-Accel-Buffering"] = "no"
+    for name, value in headers.items():
+        streaming[name] = value
+    return streaming
 
 
 async def _whole_response(
@@ -308,16 +211,16 @@ async def _engine_error(response: httpx.Response, replica: ReplicaInfo) -> ApiEr
     finally:
         await response.aclose()
     status = response.status_code
-    message, code = f"The engine ({replica.name}) answered {status}.", "upstream_error"
+    message, code, param = f"The engine ({replica.name}) answered {status}.", "upstream_error", None
     try:
         body = json.loads(raw)
         detail = body.get("error", body) if isinstance(body, dict) else {}
         if isinstance(detail, dict) and isinstance(detail.get("message"), str):
             message = detail["message"]
             code = str(detail.get("code") or detail.get("type") or code)
-        param = detail.get("param") if isinstance(detail, dict) else None
+            param = detail.get("param") if isinstance(detail.get("param"), str) else None
     except ValueError:
-        param = None
+        pass
     if 400 <= status < 500:
-        return ApiError(status, message, code, param=param if isinstance(param, str) else None)
+        return ApiError(status, message, code, param=param)
     return ApiError(502, f"The engine ({replica.name}) failed: {message}", "upstream_error")

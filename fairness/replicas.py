@@ -17,9 +17,10 @@ class ReplicaInfo:
     max_num_seqs: int
     priority_policy: bool
     api_key: str
+    tiers: frozenset[str] = frozenset()  # empty: serves every tier
 
     @classmethod
-    def of(cls, replica: Replica) -> "ReplicaInfo":
+    def of(cls, replica: Replica, tiers: frozenset[str] = frozenset()) -> "ReplicaInfo":
         return cls(
             id=replica.pk,
             name=replica.name,
@@ -29,27 +30,60 @@ class ReplicaInfo:
             max_num_seqs=replica.max_num_seqs,
             priority_policy=replica.scheduling_policy == Replica.Policy.PRIORITY,
             api_key=replica.api_key,
+            tiers=tiers,
         )
+
+    def serves(self, tier: str) -> bool:
+        return not self.tiers or tier in self.tiers
 
 
 class ReplicaDirectory:
-    """Enabled replicas grouped by the model they serve."""
+    """Enabled replicas grouped by the model they serve, and by deployment.
+
+    A tier's deployment of a model is the set of replicas that serve both. Admission counts
+    engine slots per deployment, so an interactive-only and a batch-only deployment side by side
+    each have capacity of their own. Deployments should be equal or disjoint: two that share some
+    replicas but not all would each count the shared slots.
+    """
 
     def __init__(self, replicas: list[ReplicaInfo]) -> None:
+        self.all = replicas
         self.by_model: dict[str, list[ReplicaInfo]] = {}
         for replica in replicas:
             self.by_model.setdefault(replica.model, []).append(replica)
 
     @classmethod
     async def load(cls) -> "ReplicaDirectory":
-        rows = [ReplicaInfo.of(r) async for r in Replica.objects.filter(enabled=True)]
+        rows = []
+        async for replica in Replica.objects.filter(enabled=True).prefetch_related("tiers"):
+            rows.append(ReplicaInfo.of(replica, frozenset(t.name for t in replica.tiers.all())))
         return cls(rows)
 
     def models(self) -> list[str]:
         return sorted(self.by_model)
 
-    def serving(self, model: str) -> list[ReplicaInfo]:
-        return self.by_model.get(model, [])
+    def serving(self, model: str, tier: str | None = None) -> list[ReplicaInfo]:
+        replicas = self.by_model.get(model, [])
+        return replicas if tier is None else [r for r in replicas if r.serves(tier)]
 
-    def slots(self, model: str) -> int:
-        return sum(r.max_num_seqs for r in self.serving(model))
+    def group(self, model: str, tier: str) -> str:
+        """The admission capacity group of this tier's deployment of the model."""
+        return self._group_name(model, self.serving(model, tier))
+
+    def groups(self) -> dict[str, list[ReplicaInfo]]:
+        """Every deployment: capacity group -> its replicas."""
+        found: dict[str, list[ReplicaInfo]] = {}
+        for model, replicas in self.by_model.items():
+            named = set().union(*(r.tiers for r in replicas))
+            deployments = [self.serving(model, tier) for tier in named]
+            unrestricted = [r for r in replicas if not r.tiers]
+            if unrestricted:  # what tiers that no replica names get
+                deployments.append(unrestricted)
+            for members in deployments:
+                found[self._group_name(model, members)] = members
+        return found
+
+    def _group_name(self, model: str, members: list[ReplicaInfo]) -> str:
+        if len(members) == len(self.by_model.get(model, [])):
+            return model
+        return model + "@" + "+".join(sorted(r.name for r in members))

@@ -166,12 +166,12 @@ async def plan(
     if not names:
         return []
     async with book.redis.pipeline(transaction=False) as pipe:
-        pipe.mget([health.key(name) for name in names])
+        pipe.mget([health.key(r) for r in replicas])
         # EVAL, not EVALSHA: a pipeline would spend a round trip on SCRIPT EXISTS first, and
         # Redis caches the compiled script by its text anyway.
         pipe.eval(SNAPSHOT_LUA, 1, NS, *names)
         marks, counts = await pipe.execute()
-    up = health.from_marks(names, marks)
+    up = health.from_marks(replicas, marks)
     candidates = [r for r in replicas if r.name in up] or list(replicas)
     return choose(candidates, key, dict(zip(names, map(int, counts))), epsilon)
 

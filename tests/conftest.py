@@ -60,6 +60,7 @@ def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
         "REDIS_URL": TEST_REDIS_URL,
         # Every request sees the latest config, so a test never races the gateway's caches.
         "GP_AUTH_EPOCH_CHECK_SECONDS": "0",
+        "GP_HEALTH_INTERVAL_SECONDS": "0.5",
         "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
         **extra,
     }

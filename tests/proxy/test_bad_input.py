@@ -112,11 +112,14 @@ def test_an_engine_client_error_passes_through_with_its_status(gateway, replica,
     assert "context length" in error["message"]
 
 
-def test_an_unreachable_engine_gets_502(gateway, replica, cast):
+def test_an_unreachable_engine_gets_502_then_503_while_it_is_down(gateway, replica, cast):
     Replica.objects.filter(pk=replica.pk).update(base_url=f"http://127.0.0.1:{free_port()}")
     Replica.objects.get(pk=replica.pk).save()
-    wait_for(lambda: post(gateway, cast["alice"].secret, CHAT).status_code == 502, what="the new replica URL")
     assert_error(post(gateway, cast["alice"].secret, CHAT), 502, "upstream_unreachable")
+    # Now known to be down, its slots are withdrawn: no waiting in a queue nobody serves.
+    response = post(gateway, cast["alice"].secret, CHAT)
+    assert_error(response, 503, "no_healthy_replica")
+    assert int(response.headers["retry-after"]) > 0
 
 
 def test_an_engine_failure_gets_502(gateway, replica, cast, sim):

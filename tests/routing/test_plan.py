@@ -16,7 +16,7 @@ async def test_plan_follows_the_conversation_when_all_is_well(aredis, make_repli
 async def test_plan_routes_around_a_replica_marked_down(aredis, make_replicas):
     replicas = make_replicas(4)
     favourite, runner_up = preference(replicas, "k")[:2]
-    await health.mark_down(aredis, favourite.name, cooldown=60)
+    await health.mark_down(aredis, favourite, cooldown=60)
     order = await plan(LoadBook(aredis), replicas, "k")
     assert order[0] == runner_up
     assert favourite not in order
@@ -25,7 +25,7 @@ async def test_plan_routes_around_a_replica_marked_down(aredis, make_replicas):
 async def test_plan_tries_everything_when_everything_is_marked_down(aredis, make_replicas):
     replicas = make_replicas(2)
     for r in replicas:
-        await health.mark_down(aredis, r.name, cooldown=60)
+        await health.mark_down(aredis, r, cooldown=60)
     assert sorted(r.name for r in await plan(LoadBook(aredis), replicas, "k")) == ["r0", "r1"]
 
 

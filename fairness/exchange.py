@@ -1,0 +1,111 @@
+"""One proxied request's life: its admission lease, its replica's load count, its usage record.
+
+`close()` gives back everything the request held and records what happened, exactly once,
+whichever way the request ends (done, engine error, client gone, cancelled).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis.exceptions
+
+from fairness import usage
+from fairness.admission import Demand, Grant, QueueFull, QueueTimeout
+from fairness.connections import redis_async
+from fairness.errors import ApiError
+from fairness.gateway import gateway
+from fairness.keys import KeyInfo
+from fairness.relay import StreamTally
+from fairness.replicas import ReplicaInfo
+
+log = logging.getLogger(__name__)
+
+
+def demand_of(key: KeyInfo, group: str) -> Demand:
+    tier = key.tier
+    return Demand(
+        key_id=str(key.id),
+        tier=tier.name,
+        per_key_cap=tier.per_key_concurrency,
+        pool_cap=tier.pool_concurrency,
+        head_start_seconds=tier.head_start_seconds,
+        borrow=tier.borrow_idle_slots,
+        max_queued_per_key=tier.max_queued_per_key,
+        max_wait_seconds=tier.max_queue_wait_seconds,
+        group=group,
+    )
+
+
+class Exchange:
+    def __init__(self, request_id: str, key: KeyInfo, endpoint: str, model: str, stream: bool) -> None:
+        self.started = time.perf_counter()
+        self.event: usage.UsageEvent = {
+            "key_id": key.id,
+            "request_id": request_id,
+            "endpoint": endpoint,
+            "model": model,
+            "replica": "",
+            "status": 0,
+            "stream": stream,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "queued_ms": 0,
+            "ttft_ms": None,
+            "latency_ms": 0,
+            "at": time.time(),
+        }
+        self.replica: ReplicaInfo | None = None
+        self.grant: Grant | None = None
+        self._closed = False
+
+    async def admit(self, demand: Demand) -> None:
+        """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
+        try:
+            self.grant = await gateway.admission().acquire(demand)
+        except QueueFull as exc:
+            raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
+        except QueueTimeout as exc:
+            raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
+        self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
+
+    async def bind(self, replica: ReplicaInfo) -> None:
+        """Count this request against the replica it is sent to (the routers read the counts)."""
+        await self.unbind()
+        self.replica = replica
+        self.event["replica"] = replica.name
+        await gateway.loop_state().load.add(replica.name)
+
+    async def unbind(self) -> None:
+        if self.replica is not None:
+            replica, self.replica = self.replica, None
+            await gateway.loop_state().load.done(replica.name)
+
+    async def close(self, status: int, tally: StreamTally | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.unbind()
+            if self.grant is not None:
+                await gateway.admission().release(self.grant)
+        except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
+            log.warning("could not give back what request %s held", self.event["request_id"], exc_info=True)
+        self._finish_event(status, tally)
+        await usage.record(redis_async(), self.event)
+
+    def _finish_event(self, status: int, tally: StreamTally | None) -> None:
+        event = self.event
+        event["status"] = status
+        event["latency_ms"] = round((time.perf_counter() - self.started) * 1000)
+        if tally is None:
+            return
+        event["prompt_tokens"] = tally.prompt_tokens
+        event["completion_tokens"] = tally.completion_tokens or tally.content_events
+        if tally.first_byte_at is not None:
+            event["ttft_ms"] = round((tally.first_byte_at - self.started) * 1000)
+        if tally.failed:
+            event["status"] = 502
+        elif not tally.finished:
+            event["status"] = 499  # the client went away before the end
