@@ -148,3 +148,61 @@ class UsageRecord(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["key", "created_at"])]
+
+
+class EngineSample(models.Model):
+    """One poll of one replica's /metrics, or (resolution > 0) the average of several."""
+
+    replica = models.ForeignKey(Replica, models.CASCADE, related_name="samples")
+    taken_at = models.DateTimeField()
+    resolution_seconds = models.PositiveIntegerField(default=0, help_text="0 for a raw poll.")
+    healthy = models.BooleanField(default=True)
+    running = models.FloatField(default=0)
+    waiting = models.FloatField(default=0, help_text="In the engine's own queue.")
+    gateway_waiting = models.FloatField(default=0, help_text="Held in the gateway's queue for this model.")
+    kv_usage = models.FloatField(null=True)
+    generation_tps = models.FloatField(null=True)
+    prompt_tps = models.FloatField(null=True)
+    prefix_hit_rate = models.FloatField(null=True)
+
+    class Meta:
+        ordering = ["-taken_at"]
+        indexes = [models.Index(fields=["replica", "taken_at"]), models.Index(fields=["taken_at"])]
+
+
+class SaturationAlert(models.Model):
+    """Demand persistently above capacity: "a queue that is always full is a capacity decision"."""
+
+    class Kind(models.TextChoices):
+        QUEUE = "queue", "queue persistently full"
+        KV = "kv", "KV cache persistently full"
+
+    model = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    opened_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    figures = models.JSONField(default=dict, help_text="What opened it: waiting, running, ratio, KV usage.")
+
+    class Meta:
+        ordering = ["-opened_at"]
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.get_kind_display()} since {self.opened_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+    def describe(self) -> str:
+        figures = self.figures or {}
+        if self.kind == self.Kind.QUEUE:
+            return (
+                f"{figures.get('waiting', 0):g} requests waiting for {figures.get('running', 0):g} running "
+                f"({figures.get('ratio', 0):.1f}×): the card is saturated. Fairness only rations a "
+                "shortage; adding capacity or capping demand is the decision to make."
+            )
+        return f"KV cache {100 * (figures.get('kv_usage') or 0):.0f}% full for a sustained period."

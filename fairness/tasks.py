@@ -1,9 +1,17 @@
 """Celery tasks: thin loops over the units that do the work."""
 
-from celery import shared_task
+import asyncio
+import datetime as dt
+import time
 
-from fairness import usage
-from fairness.connections import redis_sync
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from fairness import alerts, polling, published, upstream, usage
+from fairness.connections import redis_async, redis_sync
+
+REFIT_KEY = "gp:capacity:refitted-at"
 
 
 @shared_task(name="fairness.flush_usage")
@@ -14,3 +22,34 @@ def flush_usage() -> int:
         written += batch
         if batch < 1000:
             return written
+
+
+async def poll_and_publish(refit_every: float = 15.0) -> int:
+    """One beat: poll every replica, update saturation alerts, and refit capacity now and then."""
+    try:
+        poll = await polling.poll_once()
+        now = time.time()
+        await alerts.observe(poll.readings, poll.gateway_queued, now)
+        last = await redis_async().get(REFIT_KEY)
+        if last is None or now - float(last) >= refit_every:
+            await published.refit_and_publish()
+            await redis_async().set(REFIT_KEY, now)
+        return len(poll.readings)
+    finally:
+        # Each task run has its own event loop: close what was opened on it.
+        await redis_async().aclose()
+        await upstream.client().aclose()
+
+
+@shared_task(name="fairness.poll_engines", expires=10)
+def poll_engines() -> int:
+    return asyncio.run(poll_and_publish())
+
+
+@shared_task(name="fairness.compact_samples")
+def compact_samples() -> int:
+    return polling.compact_samples(
+        timezone.now(),
+        raw_for=dt.timedelta(hours=settings.GP_SAMPLES_RAW_HOURS),
+        keep_for=dt.timedelta(days=settings.GP_SAMPLES_RETENTION_DAYS),
+    )

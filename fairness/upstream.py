@@ -70,3 +70,10 @@ async def get(replica: ReplicaInfo, path: str, timeout: float) -> httpx.Response
         return await client().get(replica.base_url + path, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
+
+
+async def post_json(url: str, payload: dict, timeout: float) -> httpx.Response:
+    """A notification to somewhere other than an engine (alert webhooks)."""
+    response = await client().post(url, json=payload, timeout=timeout)
+    response.raise_for_status()
+    return response

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -132,7 +133,17 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# collectstatic fills it (the Dockerfile does); made empty here so WhiteNoise, which scans it at
+# start-up, does not warn on a fresh checkout.
+STATIC_ROOT.mkdir(exist_ok=True)
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # Plotly.js from the plotly package, served by us: the box may be offline, so no CDN.
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
+# WhiteNoise serves straight from the finders too, so the gateway serves the pages' assets
+# without a collectstatic step.
+WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", False)
@@ -143,6 +154,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "flush-usage": {"task": "fairness.flush_usage", "schedule": envfloat("GP_USAGE_FLUSH_SECONDS", 2.0)},
+    "poll-engines": {"task": "fairness.poll_engines", "schedule": envfloat("GP_POLL_SECONDS", 2.0)},
+    "compact-samples": {"task": "fairness.compact_samples", "schedule": 300.0},
 }
 
 # The gateway
@@ -154,6 +167,27 @@ GP_KEY_CACHE_SECONDS = envfloat("GP_KEY_CACHE_SECONDS", 60.0)
 GP_AUTH_EPOCH_CHECK_SECONDS = envfloat("GP_AUTH_EPOCH_CHECK_SECONDS", 0.5)
 GP_LEASE_TTL_SECONDS = envfloat("GP_LEASE_TTL_SECONDS", 30.0)
 GP_RESERVE_SLOTS = envint("GP_RESERVE_SLOTS", 2)
+GP_ROUTING_EPSILON = envfloat("GP_ROUTING_EPSILON", 0.25)
+GP_HEALTH_INTERVAL_SECONDS = envfloat("GP_HEALTH_INTERVAL_SECONDS", 2.0)
+GP_HEALTH_TIMEOUT_SECONDS = envfloat("GP_HEALTH_TIMEOUT_SECONDS", 5.0)
+GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
+
+# Telemetry, capacity and saturation alerts
+GP_POLL_SECONDS = envfloat("GP_POLL_SECONDS", 2.0)
+GP_POLL_TIMEOUT_SECONDS = envfloat("GP_POLL_TIMEOUT_SECONDS", 5.0)
+GP_SAMPLES_RAW_HOURS = envfloat("GP_SAMPLES_RAW_HOURS", 1.0)
+GP_SAMPLES_RETENTION_DAYS = envfloat("GP_SAMPLES_RETENTION_DAYS", 14.0)
+GP_CAPACITY_WINDOW_MINUTES = envfloat("GP_CAPACITY_WINDOW_MINUTES", 60.0)
+GP_SATURATION_RATIO = envfloat("GP_SATURATION_RATIO", 4.0)
+GP_SATURATION_WINDOW_SECONDS = envfloat("GP_SATURATION_WINDOW_SECONDS", 60.0)
+GP_KV_ALERT_THRESHOLD = envfloat("GP_KV_ALERT_THRESHOLD", 0.95)
+GP_KV_ALERT_WINDOW_SECONDS = envfloat("GP_KV_ALERT_WINDOW_SECONDS", 120.0)
+GP_ALERT_RESOLVE_SECONDS = envfloat("GP_ALERT_RESOLVE_SECONDS", 30.0)
+GP_ALERT_WEBHOOK_URL = envstr("GP_ALERT_WEBHOOK_URL", "")
+ADMINS = [("admin", email) for email in envlist("ADMINS", "")]
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+SERVER_EMAIL = envstr("SERVER_EMAIL", "gpuportal@localhost")
 
 LOGGING = {
     "version": 1,

@@ -78,7 +78,7 @@ def worker(live_db_url: str, redis_url: str, transactional_db):
     from tests.worker_process import WorkerProcess
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    process = WorkerProcess(gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5"), LOG_DIR / f"worker-{free_port()}.log")
+    process = WorkerProcess(gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5"), LOG_DIR / f"worker-{free_port()}.log")
     yield process
     process.stop()
 

@@ -1,0 +1,97 @@
+"""Saturation alerts from a real engine's figures; time is injected, so windows pass at once."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from enginesim.process import EngineSimProcess, start_enginesim
+from fairness import alerts
+from fairness.models import Replica, SaturationAlert
+from tests.conftest import MODEL
+from tests.polling import wait_for
+from tests.telemetry_live.conftest import Load, poll, run
+
+
+@pytest.fixture
+def small_engine(transactional_db, redis_url) -> Iterator[EngineSimProcess]:
+    process = start_enginesim(model=MODEL, max_num_seqs=2, extra_args=["--speed", "4"])
+    Replica.objects.create(name="sim-small", base_url=process.url, model=MODEL, max_num_seqs=2)
+    yield process
+    process.stop()
+
+
+def observe(readings, at: float):
+    return run(alerts.observe, readings, {}, at)
+
+
+def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(small_engine):
+    load = Load(small_engine.url, users=12)
+    try:
+        wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
+        saturated = poll().readings
+    finally:
+        load.stop()
+    wait_for(lambda: small_engine.stats()["running"] == 0, timeout=10, what="the queue to drain")
+    drained = poll().readings
+
+    for t in range(0, 121, 2):  # two minutes of a queue five times the batch
+        observe(saturated, 1000.0 + t)
+    alert = SaturationAlert.objects.get()
+    assert (alert.model, alert.kind, alert.resolved_at) == (MODEL, "queue", None)
+    assert alert.figures["waiting"] == 10 and alert.figures["running"] == 2
+    assert "capacity" in alert.describe()
+
+    for t in range(122, 200, 2):
+        observe(drained, 1000.0 + t)
+    alert.refresh_from_db()
+    assert alert.resolved_at is not None
+    assert SaturationAlert.objects.count() == 1
+
+
+def test_a_brief_spike_opens_nothing(small_engine):
+    load = Load(small_engine.url, users=12)
+    try:
+        wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
+        saturated = poll().readings
+    finally:
+        load.stop()
+    wait_for(lambda: small_engine.stats()["running"] == 0, timeout=10, what="the queue to drain")
+    drained = poll().readings
+    for t in range(0, 20, 2):
+        observe(saturated, 1000.0 + t)
+    for t in range(20, 200, 2):
+        observe(drained, 1000.0 + t)
+    assert not SaturationAlert.objects.exists()
+
+
+def test_an_opened_alert_is_posted_to_the_webhook(small_engine, settings):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
+    try:
+        load = Load(small_engine.url, users=12)
+        try:
+            wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
+            saturated = poll().readings
+        finally:
+            load.stop()
+        for t in range(0, 70, 2):
+            observe(saturated, 1000.0 + t)
+    finally:
+        server.shutdown()
+    assert [(r["event"], r["model"], r["kind"]) for r in received] == [("opened", MODEL, "queue")]
