@@ -24,7 +24,9 @@ def observe(readings, at: float):
     return run(alerts.observe, readings, {}, at)
 
 
-def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(small_engine):
+@pytest.fixture
+def readings(small_engine):
+    """Real readings of the engine with a queue five times its batch, and once drained."""
     load = Load(small_engine.url, users=12)
     try:
         wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
@@ -32,7 +34,11 @@ def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(small_engine
     finally:
         load.stop()
     wait_for(lambda: small_engine.stats()["running"] == 0, timeout=10, what="the queue to drain")
-    drained = poll().readings
+    return saturated, poll().readings
+
+
+def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(readings):
+    saturated, drained = readings
 
     for t in range(0, 121, 2):  # two minutes of a queue five times the batch
         observe(saturated, 1000.0 + t)
@@ -48,15 +54,8 @@ def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(small_engine
     assert SaturationAlert.objects.count() == 1
 
 
-def test_a_brief_spike_opens_nothing(small_engine):
-    load = Load(small_engine.url, users=12)
-    try:
-        wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
-        saturated = poll().readings
-    finally:
-        load.stop()
-    wait_for(lambda: small_engine.stats()["running"] == 0, timeout=10, what="the queue to drain")
-    drained = poll().readings
+def test_a_brief_spike_opens_nothing(readings):
+    saturated, drained = readings
     for t in range(0, 20, 2):
         observe(saturated, 1000.0 + t)
     for t in range(20, 200, 2):
@@ -64,7 +63,7 @@ def test_a_brief_spike_opens_nothing(small_engine):
     assert not SaturationAlert.objects.exists()
 
 
-def test_an_opened_alert_is_posted_to_the_webhook(small_engine, settings):
+def test_an_opened_alert_is_posted_to_the_webhook(readings, settings):
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -84,14 +83,8 @@ def test_an_opened_alert_is_posted_to_the_webhook(small_engine, settings):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
     try:
-        load = Load(small_engine.url, users=12)
-        try:
-            wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
-            saturated = poll().readings
-        finally:
-            load.stop()
         for t in range(0, 70, 2):
-            observe(saturated, 1000.0 + t)
+            observe(readings[0], 1000.0 + t)
     finally:
         server.shutdown()
     assert [(r["event"], r["model"], r["kind"]) for r in received] == [("opened", MODEL, "queue")]
