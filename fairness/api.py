@@ -11,6 +11,7 @@ from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
 from fairness import polling, published
+from fairness.api_admin import router as admin_router
 from fairness.capacity import USER_COUNTS, public_sentence
 from fairness.models import EngineSample, SaturationAlert, Tier
 
@@ -180,3 +181,4 @@ async def alerts(request):
 
 
 api.add_router("/", public)
+api.add_router("/admin", admin_router)

@@ -113,6 +113,9 @@ class Replica(models.Model):
     max_num_seqs = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     scheduling_policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FCFS)
     enabled = models.BooleanField(default=True)
+    draining = models.BooleanField(
+        default=False, help_text="Finish what is in flight, take nothing new (before maintenance)."
+    )
     api_key = models.CharField(max_length=200, blank=True, help_text="The engine's own key, if any.")
     tiers = models.ManyToManyField(
         Tier,
@@ -206,3 +209,62 @@ class SaturationAlert(models.Model):
                 "shortage; adding capacity or capping demand is the decision to make."
             )
         return f"KV cache {100 * (figures.get('kv_usage') or 0):.0f}% full for a sustained period."
+
+
+QUEUE_WAIT_BUCKETS_MS = (0, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+
+
+class UsageHourly(models.Model):
+    """Usage per key per hour: what the pages read, so they stay fast with millions of requests."""
+
+    key = models.ForeignKey(ApiKey, models.CASCADE, related_name="hourly_usage")
+    hour = models.DateTimeField()
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    # Requests per queue-wait bucket (upper bounds in QUEUE_WAIT_BUCKETS_MS, then "more"), so
+    # medians and p95s can be read back without the raw records.
+    queue_wait_counts = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [models.UniqueConstraint(fields=["key", "hour"], name="one_row_per_key_hour")]
+
+
+class AuditEntry(models.Model):
+    """Who changed what, when, from where. The app only ever appends."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+")
+    actor_name = models.CharField(max_length=150, help_text="Kept if the actor is deleted.")
+    action = models.CharField(max_length=40)
+    target = models.CharField(max_length=200)
+    detail = models.JSONField(default=dict)
+    ip = models.GenericIPAddressField(null=True)
+
+    class Meta:
+        ordering = ["-at"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("audit entries are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("audit entries are append-only")
+
+
+class AdminToken(models.Model):
+    """A credential for the admin JSON API, for scripts; stored hashed like API keys."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="admin_tokens")
+    label = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)

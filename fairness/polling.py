@@ -101,7 +101,7 @@ async def gateway_queued_by_model() -> dict[str, float]:
 
 
 async def poll_once(clock: Callable[[], float] = time.time) -> Poll:
-    directory = await ReplicaDirectory.load()
+    directory = await ReplicaDirectory.load(include_draining=True)
     client = redis_async()
     taken_at = clock()
     results = await asyncio.gather(*(scrape(r, taken_at) for r in directory.all))

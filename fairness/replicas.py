@@ -53,9 +53,13 @@ class ReplicaDirectory:
             self.by_model.setdefault(replica.model, []).append(replica)
 
     @classmethod
-    async def load(cls) -> "ReplicaDirectory":
+    async def load(cls, include_draining: bool = False) -> "ReplicaDirectory":
+        """Enabled replicas; a draining one only when asked (polling still watches it)."""
+        replicas = Replica.objects.filter(enabled=True)
+        if not include_draining:
+            replicas = replicas.filter(draining=False)
         rows = []
-        async for replica in Replica.objects.filter(enabled=True).prefetch_related("tiers"):
+        async for replica in replicas.prefetch_related("tiers"):
             rows.append(ReplicaInfo.of(replica, frozenset(t.name for t in replica.tiers.all())))
         return cls(rows)
 
