@@ -1,10 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from django.contrib.auth import views as auth_views
+
 from fairness.api import api
+from fairness.signin import SignInView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("accounts/login/", SignInView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("fairness.urls")),
 ]

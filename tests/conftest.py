@@ -19,6 +19,7 @@ TEST_REDIS_URL = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"
 # The test process and every process it starts share this Redis database.
 settings.REDIS_URL = TEST_REDIS_URL
 settings.CELERY_BROKER_URL = TEST_REDIS_URL
+settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": TEST_REDIS_URL}}
 
 MODEL = "sim"
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
