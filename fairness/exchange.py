@@ -11,7 +11,7 @@ import time
 
 import redis.exceptions
 
-from fairness import usage
+from fairness import metrics, usage
 from fairness.admission import Demand, Grant, QueueFull, QueueTimeout
 from fairness.connections import redis_async
 from fairness.errors import ApiError
@@ -43,6 +43,7 @@ class Exchange:
         self.started = time.perf_counter()
         self.event: usage.UsageEvent = {
             "key_id": key.id,
+            "tier": key.tier.name,
             "request_id": request_id,
             "endpoint": endpoint,
             "model": model,
@@ -58,6 +59,7 @@ class Exchange:
         }
         self.replica: ReplicaInfo | None = None
         self.grant: Grant | None = None
+        self.refusal: str | None = None  # why admission answered 429, for the rejection count
         self._closed = False
 
     async def admit(self, demand: Demand) -> None:
@@ -65,8 +67,10 @@ class Exchange:
         try:
             self.grant = await gateway.admission().acquire(demand)
         except QueueFull as exc:
+            self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
         except QueueTimeout as exc:
+            self.refusal = "queue_timeout"
             raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
 
@@ -93,7 +97,10 @@ class Exchange:
         except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
             log.warning("could not give back what request %s held", self.event["request_id"], exc_info=True)
         self._finish_event(status, tally)
-        await usage.record(redis_async(), self.event)
+        await usage.record(
+            redis_async(), self.event,
+            lambda pipe: metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal),
+        )
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import TypedDict
+from collections.abc import Callable
+from typing import NotRequired, TypedDict
 
 import redis
 import redis.asyncio
 from django.db import transaction
+from redis.asyncio.client import Pipeline
 
 from fairness.models import ApiKey, UsageRecord
 
@@ -22,6 +24,7 @@ FLUSH_LOCK = "gp:usage:flush-lock"
 
 class UsageEvent(TypedDict):
     key_id: int
+    tier: NotRequired[str]  # the key's tier when the request ran (events from before it lack it)
     request_id: str
     endpoint: str
     model: str
@@ -36,8 +39,16 @@ class UsageEvent(TypedDict):
     at: float
 
 
-async def record(client: redis.asyncio.Redis, event: UsageEvent) -> None:
-    await client.rpush(USAGE_LIST, json.dumps(event))
+async def record(
+    client: redis.asyncio.Redis, event: UsageEvent, also: Callable[[Pipeline], None] | None = None
+) -> None:
+    """Queue the event; `also` adds commands to the same round trip (the gateway's counters),
+    so accounting costs the request path one round trip however much it counts."""
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(USAGE_LIST, json.dumps(event))
+    if also is not None:
+        also(pipe)
+    await pipe.execute()
 
 
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:

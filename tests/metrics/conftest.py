@@ -1,0 +1,57 @@
+"""Scraping the gateway's /metrics the way Prometheus does, and reading samples out of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import MODEL, Member
+from tests.polling import wait_for
+
+
+class Samples:
+    """One scrape: every sample by name and labels; a series that is absent reads 0."""
+
+    def __init__(self, text: str) -> None:
+        self.values: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                self.values[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def get(self, name: str, **labels: str) -> float:
+        return self.values.get((name, frozenset(labels.items())), 0.0)
+
+    def series(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
+        return {labels: value for (sample, labels), value in self.values.items() if sample == name}
+
+
+def scrape(url: str, token: str | None = None) -> Samples:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(url + "/metrics", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == CONTENT_TYPE_LATEST
+    return Samples(response.text)
+
+
+def scrape_until(url: str, condition: Callable[[Samples], bool], what: str) -> Samples:
+    """Scrape until `condition` holds (a stream is counted a moment after its client is done)."""
+
+    def ready() -> Samples | None:
+        samples = scrape(url)
+        return samples if condition(samples) else None
+
+    found = wait_for(ready, what=what)
+    assert found is not None
+    return found
+
+
+def ask(url: str, member: Member, max_tokens: int = 5) -> httpx.Response:
+    """One non-streamed chat completion through the gateway at `url`."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens,
+            "ignore_eos": True}
+    return httpx.post(
+        url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {member.secret}"}, timeout=30
+    )
