@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from fairness import alerts, polling, published, upstream, usage
+from fairness import alerts, polling, published, rollup, upstream, usage
 from fairness.connections import redis_async, redis_sync
 
 REFIT_KEY = "gp:capacity:refitted-at"
@@ -52,4 +52,13 @@ def compact_samples() -> int:
         timezone.now(),
         raw_for=dt.timedelta(hours=settings.GP_SAMPLES_RAW_HOURS),
         keep_for=dt.timedelta(days=settings.GP_SAMPLES_RETENTION_DAYS),
+    )
+
+
+@shared_task(name="fairness.prune_usage")
+def prune_usage() -> tuple[int, int]:
+    return rollup.prune(
+        timezone.now(),
+        records_for=dt.timedelta(days=settings.GP_USAGE_RECORDS_DAYS),
+        hourly_for=dt.timedelta(days=settings.GP_USAGE_HOURLY_DAYS),
     )

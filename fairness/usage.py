@@ -16,6 +16,7 @@ import redis.asyncio
 from django.db import transaction
 from redis.asyncio.client import Pipeline
 
+from fairness import rollup
 from fairness.models import ApiKey, UsageRecord
 
 USAGE_LIST = "gp:usage"
@@ -67,6 +68,7 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
         rows = [_row(e) for e in events if e["key_id"] in known]  # deleted keys' events drop
         with transaction.atomic():
             UsageRecord.objects.bulk_create(rows)
+            rollup.add(rows)
             for key_id, at in _last_use_by_key(rows).items():
                 # update() sends no signals, so this does not disturb the gateways' caches.
                 ApiKey.objects.filter(pk=key_id).update(last_used_at=at)

@@ -163,6 +163,7 @@ CELERY_BEAT_SCHEDULE = {
     "flush-usage": {"task": "fairness.flush_usage", "schedule": envfloat("GP_USAGE_FLUSH_SECONDS", 2.0)},
     "poll-engines": {"task": "fairness.poll_engines", "schedule": envfloat("GP_POLL_SECONDS", 2.0)},
     "compact-samples": {"task": "fairness.compact_samples", "schedule": 300.0},
+    "prune-usage": {"task": "fairness.prune_usage", "schedule": 3600.0},
 }
 
 # The gateway
@@ -180,6 +181,10 @@ GP_HEALTH_TIMEOUT_SECONDS = envfloat("GP_HEALTH_TIMEOUT_SECONDS", 5.0)
 GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
+
+# Usage: raw per-request records, and the hourly rows the pages read
+GP_USAGE_RECORDS_DAYS = envfloat("GP_USAGE_RECORDS_DAYS", 30.0)
+GP_USAGE_HOURLY_DAYS = envfloat("GP_USAGE_HOURLY_DAYS", 400.0)
 
 # Telemetry, capacity and saturation alerts
 GP_POLL_SECONDS = envfloat("GP_POLL_SECONDS", 2.0)

@@ -51,3 +51,20 @@ def test_a_second_flusher_waits_its_turn(cast, redis_client, redis_url):
     with redis_client.lock(usage.FLUSH_LOCK, timeout=5):
         assert usage.flush(redis_client) == 0
     assert usage.flush(redis_client) == 1
+
+
+def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url):
+    from fairness import rollup
+    from fairness.models import UsageHourly
+
+    alice = cast["alice"]
+    at = time.time()
+    push(redis_url, event(alice.key_id, queued_ms=0, at=at), event(alice.key_id, queued_ms=700, at=at),
+         event(alice.key_id, status=502, queued_ms=40, at=at))
+    usage.flush(redis_client)
+    push(redis_url, event(alice.key_id, queued_ms=20000, at=at))
+    usage.flush(redis_client)
+    row = UsageHourly.objects.get(key_id=alice.key_id)
+    assert (row.requests, row.errors, row.completion_tokens) == (4, 1, 4 * 34)
+    figures = rollup.summary([row])
+    assert figures["queue_wait_p50_ms"] == 50 and figures["queue_wait_p95_ms"] == 30000
