@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import signal
@@ -31,18 +32,22 @@ class Command(BaseCommand):
         parser.add_argument("--engine-ports", default="8101,8102")
         parser.add_argument("--model", default="demo")
         parser.add_argument("--speed", type=float, default=1.0, help="enginesim speed factor")
+        parser.add_argument("--traffic", action=argparse.BooleanOptionalAction, default=True,
+                            help="Run demo traffic (alice and bob chat, carol runs a batch job) "
+                                 "so the capacity page moves; --no-traffic for a quiet portal.")
 
-    def handle(self, *args, port, engine_ports, model, speed, **options):
+    def handle(self, *args, port, engine_ports, model, speed, traffic, **options):
         call_command("migrate", verbosity=0)
         log_dir = Path(settings.BASE_DIR) / "var" / "demo-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         children: list[subprocess.Popen] = []
 
-        def start(name: str, command: list[str]) -> None:
+        def start(name: str, command: list[str], env: dict[str, str] | None = None) -> None:
             log = open(log_dir / f"{name}.log", "ab")
-            children.append(
-                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            )
+            children.append(subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **(env or {})},
+            ))
 
         try:
             for index, engine_port in enumerate(int(p) for p in engine_ports.split(",")):
@@ -56,7 +61,17 @@ class Command(BaseCommand):
             start("gateway", [sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
                               "--host", "127.0.0.1", "--port", str(port), "--lifespan", "off"])
             self._wait_until_up(f"http://127.0.0.1:{port}/v1/models", children)
-            self._introduce(port, model, log_dir)
+            keys = self._introduce(port, model, log_dir)
+            if traffic:
+                # Keys travel in the environment, not the command line, so `ps` does not show them.
+                manage = str(Path(settings.BASE_DIR) / "manage.py")
+                start("traffic", [sys.executable, manage, "demo_traffic",
+                                  "--url", f"http://127.0.0.1:{port}", "--model", model],
+                      env={"GP_TRAFFIC_KEYS": f"{keys['alice']},{keys['bob']}",
+                           "GP_TRAFFIC_BATCH_KEYS": keys["carol"]})
+                self.stdout.write(f"Demo traffic: alice and bob chat, carol runs a batch job "
+                                  f"({log_dir}/traffic.log); --no-traffic for a quiet portal.")
+            self.stdout.write("Press Ctrl-C to stop.")
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             while all(child.poll() is None for child in children):
                 time.sleep(1)
@@ -91,7 +106,7 @@ class Command(BaseCommand):
             time.sleep(0.2)
         raise CommandError("The gateway did not come up within 60 s; see var/demo-logs/gateway.log")
 
-    def _introduce(self, port: int, model: str, log_dir: Path) -> None:
+    def _introduce(self, port: int, model: str, log_dir: Path) -> dict[str, str]:
         tiers = ensure_default_tiers(Tier)
         User = get_user_model()
         keys = {}
@@ -105,6 +120,7 @@ class Command(BaseCommand):
         admin.save()
         base = f"http://127.0.0.1:{port}"
         self.stdout.write(self.style.SUCCESS(f"\ngpuportal is running at {base}/"))
+        self.stdout.write(f"  Capacity page    {base}/capacity/")
         self.stdout.write(f"  OpenAI endpoint  {base}/v1   (model '{model}')")
         self.stdout.write(f"  Django admin     {base}/admin/   user admin, password {admin_password}")
         self.stdout.write(f"  Logs             {log_dir}/")
@@ -116,4 +132,4 @@ class Command(BaseCommand):
             f"-H 'Content-Type: application/json' "
             f"""-d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'\n"""
         )
-        self.stdout.write("Press Ctrl-C to stop.")
+        return keys
