@@ -2,8 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-ENGINE_VENV ?= .venv-engine
-ENGINE_MODEL ?= var/tiny-model
+ENGINE_VENV ?= $(CURDIR)/.venv-engine
+ENGINE_MODEL ?= $(CURDIR)/var/tiny-model
 PYTEST_ARGS ?=
 
 export ENGINE_VENV ENGINE_MODEL

@@ -71,7 +71,7 @@ def engine_python() -> str:
     explicit = os.environ.get("ENGINE_PYTHON")
     if explicit:
         return explicit
-    venv = Path(os.environ.get("ENGINE_VENV", REPO_ROOT / ".venv-engine"))
+    venv = REPO_ROOT / os.environ.get("ENGINE_VENV", ".venv-engine")  # relative: to the repo
     return str(venv / "bin" / "python")
 
 
