@@ -6,6 +6,7 @@ whichever way the request ends (done, engine error, client gone, cancelled).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -21,6 +22,7 @@ from fairness.relay import StreamTally
 from fairness.replicas import ReplicaInfo
 
 log = logging.getLogger(__name__)
+_settling: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
 
 def demand_of(key: KeyInfo, group: str) -> Demand:
@@ -74,33 +76,43 @@ class Exchange:
             raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
 
-    async def bind(self, replica: ReplicaInfo) -> None:
+    def bind(self, replica: ReplicaInfo) -> None:
         """Count this request against the replica it is sent to (the routers read the counts)."""
-        await self.unbind()
+        self.unbind()
         self.replica = replica
         self.event["replica"] = replica.name
-        await gateway.loop_state().load.add(replica.name)
+        gateway.loop_state().load.add(replica.name)
 
-    async def unbind(self) -> None:
+    def unbind(self) -> None:
         if self.replica is not None:
             replica, self.replica = self.replica, None
-            await gateway.loop_state().load.done(replica.name)
+            gateway.loop_state().load.done(replica.name)
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
+        """Give back and account, once. The Redis work runs in the background: the client
+        need not wait for it, and a cancelled request cannot interrupt it."""
         if self._closed:
             return
         self._closed = True
+        self.unbind()
+        self._finish_event(status, tally)
+        task = asyncio.get_running_loop().create_task(self._settle())
+        _settling.add(task)
+        task.add_done_callback(_settling.discard)
+
+    async def _settle(self) -> None:
         try:
-            await self.unbind()
             if self.grant is not None:
                 await gateway.admission().release(self.grant)
         except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
-            log.warning("could not give back what request %s held", self.event["request_id"], exc_info=True)
-        self._finish_event(status, tally)
-        await usage.record(
-            redis_async(), self.event,
-            lambda pipe: metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal),
-        )
+            log.warning("could not release the lease of %s", self.event["request_id"], exc_info=True)
+        try:
+            await usage.record(
+                redis_async(), self.event,
+                lambda pipe: metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal),
+            )
+        except (redis.exceptions.RedisError, OSError):
+            log.warning("could not record the usage of %s", self.event["request_id"], exc_info=True)
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event

@@ -92,6 +92,8 @@ class Gateway:
         return self._capacity.get(group, 1) > 0
 
     async def plan(self, replicas: list[ReplicaInfo], key: str | None) -> list[ReplicaInfo]:
+        if len(replicas) == 1:
+            return replicas  # nothing to choose: spare the round trip
         return await routing.plan(self.loop_state().load, replicas, key, settings.GP_ROUTING_EPSILON)
 
     async def replica_failed(self, replica: ReplicaInfo) -> None:

@@ -142,7 +142,7 @@ async def _forward(
     """Send to the first candidate; if it fails before answering anything, once to the next."""
     for attempt, replica in enumerate(candidates):
         last = attempt == len(candidates) - 1
-        await exchange.bind(replica)
+        exchange.bind(replica)
         data = validation.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
         try:
             response = await upstream.open_stream(replica, path, data, request_id)

@@ -201,8 +201,9 @@ return totals
 class LoadBook:
     """One per gateway process: its in-flight forwards per replica, published for all of them.
 
-    The in-memory counts are the truth; Redis holds a copy the other processes can read. While
-    anything is in flight a heartbeat task renews the copy every ttl / 3; idle, it sends nothing.
+    The in-memory counts are the truth; Redis holds a copy the other processes can read, written
+    in the background after each change (coalesced) and renewed every ttl / 3 while anything
+    is in flight; idle, it sends nothing.
     """
 
     def __init__(self, redis: Redis, *, ttl: float = DEFAULT_LOAD_TTL, process_id: str = ""):
@@ -212,6 +213,8 @@ class LoadBook:
         self.hash = f"{NS}inflight:{self.process_id}"
         self.local: Counter[str] = Counter()
         self._heartbeat: asyncio.Task[None] | None = None
+        self._publisher: asyncio.Task[None] | None = None
+        self._dirty = False
 
     async def snapshot(self, names: Sequence[str]) -> dict[str, int]:
         """In-flight forwards per replica over all live gateway processes."""
@@ -220,28 +223,36 @@ class LoadBook:
         counts = await self.redis.eval(SNAPSHOT_LUA, 1, NS, *names)
         return dict(zip(names, map(int, counts)))
 
-    async def add(self, name: str) -> None:
+    def add(self, name: str) -> None:
         self.local[name] += 1
-        if self._heartbeat is None or self._heartbeat.done():
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat_while_busy())
-        # HINCRBY commutes, so forwards racing on several connections cannot land as a wrong
-        # count; SADD re-registers a process that a snapshot dropped while it was idle.
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self.hash, name, 1)
-            pipe.pexpire(self.hash, _ms(self.ttl))
-            pipe.sadd(PROCS, self.process_id)
-            await pipe.execute()
+        self._changed()
 
-    async def done(self, name: str) -> None:
+    def done(self, name: str) -> None:
         if self.local[name] <= 0:
             return  # released twice: the first release already counted
         self.local[name] -= 1
         if not self.local[name]:
             del self.local[name]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self.hash, name, -1)
-            pipe.pexpire(self.hash, _ms(self.ttl))
-            await pipe.execute()
+        self._changed()
+
+    def _changed(self) -> None:
+        """Publish soon, without making the request wait: changes made while a publish is on
+        its way are coalesced into the next one, so a busy process writes far less often than
+        it forwards."""
+        self._dirty = True
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.get_running_loop().create_task(self._publish())
+        if self.local and (self._heartbeat is None or self._heartbeat.done()):
+            self._heartbeat = asyncio.get_running_loop().create_task(self._beat_while_busy())
+
+    async def _publish(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            try:
+                await self.beat()
+            except (RedisError, OSError):
+                log.warning("could not publish the in-flight counts", exc_info=True)
+                return  # the heartbeat retries
 
     async def beat(self) -> None:
         """Rewrite the copy from the in-memory counts and renew its TTL.
@@ -260,12 +271,18 @@ class LoadBook:
             await pipe.execute()
 
     async def close(self) -> None:
-        """Stop the heartbeat; what was published expires within one TTL."""
-        task, self._heartbeat = self._heartbeat, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop publishing; what was published expires within one TTL."""
+        for task in (self._heartbeat, self._publisher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._heartbeat = self._publisher = None
+
+    async def settled(self) -> None:
+        """Wait until the latest counts are published (tests and shutdown)."""
+        while self._publisher is not None and not self._publisher.done():
+            await self._publisher
 
     async def _beat_while_busy(self) -> None:
         while True:

@@ -8,19 +8,26 @@ from tests.polling import async_wait_for
 NAMES = ["r0", "r1", "r2"]
 
 
+async def settle(*books: LoadBook) -> None:
+    for book in books:
+        await book.settled()
+
+
 async def test_counts_add_up_across_two_processes(aredis):
     first, second = LoadBook(aredis), LoadBook(aredis)
     try:
-        await first.add("r0")
-        await first.add("r0")
-        await second.add("r0")
-        await second.add("r1")
+        first.add("r0")
+        first.add("r0")
+        second.add("r0")
+        second.add("r1")
+        await settle(first, second)
         expected = {"r0": 3, "r1": 1, "r2": 0}
         assert await first.snapshot(NAMES) == expected
         assert await second.snapshot(NAMES) == expected
 
-        await first.done("r0")
-        await second.done("r1")
+        first.done("r0")
+        second.done("r1")
+        await settle(first, second)
         assert await first.snapshot(NAMES) == {"r0": 2, "r1": 0, "r2": 0}
     finally:
         await first.close()
@@ -30,11 +37,13 @@ async def test_counts_add_up_across_two_processes(aredis):
 async def test_a_second_release_does_not_count_twice(aredis):
     book = LoadBook(aredis)
     try:
-        await book.add("r0")
-        await book.done("r0")
-        await book.done("r0")
+        book.add("r0")
+        book.done("r0")
+        book.done("r0")
+        await settle(book)
         assert await book.snapshot(["r0"]) == {"r0": 0}
-        await book.add("r0")
+        book.add("r0")
+        await settle(book)
         assert await book.snapshot(["r0"]) == {"r0": 1}
     finally:
         await book.close()
@@ -43,9 +52,10 @@ async def test_a_second_release_does_not_count_twice(aredis):
 async def test_a_dead_process_s_counts_vanish_after_its_ttl(aredis):
     dead, alive = LoadBook(aredis, ttl=0.3), LoadBook(aredis, ttl=30)
     try:
-        await dead.add("r0")
-        await dead.add("r1")
-        await alive.add("r0")
+        dead.add("r0")
+        dead.add("r1")
+        alive.add("r0")
+        await settle(dead, alive)
         await dead.close()  # stops refreshing, as a SIGKILLed gateway would
 
         async def only_the_live_count() -> bool:
@@ -60,7 +70,8 @@ async def test_a_dead_process_s_counts_vanish_after_its_ttl(aredis):
 async def test_the_heartbeat_renews_the_ttl_while_requests_run(aredis):
     book = LoadBook(aredis, ttl=0.6)
     try:
-        await book.add("r0")
+        book.add("r0")
+        await settle(book)
         lowest = await aredis.pttl(book.hash)
         assert 0 < lowest <= 600
 
@@ -80,8 +91,9 @@ async def test_the_heartbeat_renews_the_ttl_while_requests_run(aredis):
 async def test_the_heartbeat_restores_counts_lost_by_redis(aredis):
     book = LoadBook(aredis, ttl=0.3)
     try:
-        await book.add("r0")
-        await book.add("r1")
+        book.add("r0")
+        book.add("r1")
+        await settle(book)
         await aredis.flushdb()  # a Redis restarted empty
         assert await book.snapshot(NAMES) == {"r0": 0, "r1": 0, "r2": 0}
 
@@ -96,8 +108,8 @@ async def test_the_heartbeat_restores_counts_lost_by_redis(aredis):
 async def test_an_idle_process_leaves_nothing_behind(aredis):
     book = LoadBook(aredis, ttl=0.3)
     try:
-        await book.add("r0")
-        await book.done("r0")
+        book.add("r0")
+        book.done("r0")
 
         async def gone() -> bool:
             await book.snapshot(["r0"])  # sweeps expired processes

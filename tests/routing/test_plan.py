@@ -35,7 +35,8 @@ async def test_plan_sees_the_load_of_other_processes(aredis, make_replicas):
     elsewhere, here = LoadBook(aredis), LoadBook(aredis)
     try:
         for _ in range(2):
-            await elsewhere.add(favourite.name)  # another gateway filled it
+            elsewhere.add(favourite.name)  # another gateway filled it
+        await elsewhere.settled()
         assert (await plan(here, replicas, "k"))[0] == other
     finally:
         await elsewhere.close()
