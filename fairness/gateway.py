@@ -94,7 +94,9 @@ class Gateway:
     async def plan(self, replicas: list[ReplicaInfo], key: str | None) -> list[ReplicaInfo]:
         if len(replicas) == 1:
             return replicas  # nothing to choose: spare the round trip
-        return await routing.plan(self.loop_state().load, replicas, key, settings.GP_ROUTING_EPSILON)
+        return await routing.plan(
+            self.loop_state().load, replicas, key, settings.GP_ROUTING_EPSILON, settings.GP_ROUTING_BOUND_FLOOR
+        )
 
     async def replica_failed(self, replica: ReplicaInfo) -> None:
         """Passive health: no new requests for one cooldown, and its slots withdrawn."""

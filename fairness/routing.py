@@ -47,6 +47,7 @@ NS = "gp:{rt}:"  # the {rt} hash tag keeps every routing key in one Redis Cluste
 PROCS = NS + "inflight-procs"
 PROMPT_PREFIX_CHARS = 256
 DEFAULT_EPSILON = 0.25
+DEFAULT_BOUND_FLOOR = 0.25
 DEFAULT_LOAD_TTL = 10.0
 
 
@@ -130,8 +131,14 @@ def choose(
     key: str | None,
     load: Mapping[str, int],
     epsilon: float = DEFAULT_EPSILON,
+    floor: float = DEFAULT_BOUND_FLOOR,
 ) -> list[ReplicaInfo]:
-    """Every candidate in the order to try: the first is the choice, the second the retry."""
+    """Every candidate in the order to try: the first is the choice, the second the retry.
+
+    The bound never falls below `floor` × a replica's slots: while a replica is that lightly
+    loaded, another sequence barely slows its batch, and moving a conversation would re-prefill
+    its whole history elsewhere — the prefix cache is worth more than the balance.
+    """
 
     def busy(replica: ReplicaInfo) -> int:
         return max(0, load.get(replica.name, 0))
@@ -147,7 +154,10 @@ def choose(
     # The tolerance keeps float noise from lifting an exact product to the next integer.
     bound = math.ceil((1 + epsilon) * (total + 1) / len(candidates) - 1e-9)
     order = preference(candidates, key)
-    fits = [r for r in order if busy(r) + 1 <= bound and busy(r) < r.max_num_seqs]
+    fits = [
+        r for r in order
+        if busy(r) + 1 <= max(bound, math.floor(floor * r.max_num_seqs)) and busy(r) < r.max_num_seqs
+    ]
     taken = {r.name for r in fits}
     # sorted() is stable: among equally loaded replicas the key's own order still decides.
     rest = sorted((r for r in order if r.name not in taken), key=utilisation)
@@ -159,9 +169,13 @@ async def plan(
     replicas: Sequence[ReplicaInfo],
     key: str | None,
     epsilon: float = DEFAULT_EPSILON,
+    floor: float = DEFAULT_BOUND_FLOOR,
 ) -> list[ReplicaInfo]:
     """`choose` over the healthy replicas with the shared load, in one Redis round trip.
-    All marked down, all are tried: the marks may be stale (a probe timing out under load)."""
+    All marked down, all are tried: the marks may be stale (a probe timing out under load).
+
+    This process's own counts come from memory, not from its published copy: requests that
+    arrive together must see each other, or a burst would all pick the same replica."""
     names = [r.name for r in replicas]
     if not names:
         return []
@@ -169,31 +183,34 @@ async def plan(
         pipe.mget([health.key(r) for r in replicas])
         # EVAL, not EVALSHA: a pipeline would spend a round trip on SCRIPT EXISTS first, and
         # Redis caches the compiled script by its text anyway.
-        pipe.eval(SNAPSHOT_LUA, 1, NS, *names)
+        pipe.eval(SNAPSHOT_LUA, 1, NS, book.process_id, *names)
         marks, counts = await pipe.execute()
     up = health.from_marks(replicas, marks)
     candidates = [r for r in replicas if r.name in up] or list(replicas)
-    return choose(candidates, key, dict(zip(names, map(int, counts))), epsilon)
+    load = {name: int(count) + book.local[name] for name, count in zip(names, counts)}
+    return choose(candidates, key, load, epsilon, floor)
 
 
 # -- shared in-flight counts --------------------------------------------------------------------
 
-# KEYS[1] the namespace "gp:{rt}:"; ARGV the replica names. Returns each name's in-flight count
-# summed over the live processes, and drops the expired ones from KEYS[1].."inflight-procs".
+# KEYS[1] the namespace "gp:{rt}:"; ARGV[1] a process id to leave out ("" for none), ARGV[2..]
+# the replica names. Returns each name's in-flight count summed over the other live processes,
+# and drops the expired ones from KEYS[1].."inflight-procs".
 SNAPSHOT_LUA = """
 local procs = KEYS[1] .. 'inflight-procs'
+local names = {unpack(ARGV, 2)}
 local totals = {}
-for i = 1, #ARGV do totals[i] = 0 end
+for i = 1, #names do totals[i] = 0 end
 for _, proc in ipairs(redis.call('SMEMBERS', procs)) do
   local hash = KEYS[1] .. 'inflight:' .. proc
   if redis.call('EXISTS', hash) == 0 then
     redis.call('SREM', procs, proc)
-  else
-    local counts = redis.call('HMGET', hash, unpack(ARGV))
-    for i = 1, #ARGV do totals[i] = totals[i] + (tonumber(counts[i]) or 0) end
+  elseif proc ~= ARGV[1] then
+    local counts = redis.call('HMGET', hash, unpack(names))
+    for i = 1, #names do totals[i] = totals[i] + (tonumber(counts[i]) or 0) end
   end
 end
-for i = 1, #ARGV do totals[i] = math.max(totals[i], 0) end
+for i = 1, #names do totals[i] = math.max(totals[i], 0) end
 return totals
 """
 
@@ -220,7 +237,7 @@ class LoadBook:
         """In-flight forwards per replica over all live gateway processes."""
         if not names:
             return {}
-        counts = await self.redis.eval(SNAPSHOT_LUA, 1, NS, *names)
+        counts = await self.redis.eval(SNAPSHOT_LUA, 1, NS, "", *names)
         return dict(zip(names, map(int, counts)))
 
     def add(self, name: str) -> None:

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairness.keys import issue_key
 from fairness.models import Replica
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
+from tests.fair_sharing.conftest import admission_stats, wait_async
 
 
 def queue_time(text: str) -> tuple[float, float, float]:
@@ -27,6 +28,10 @@ def queue_time(text: str) -> tuple[float, float, float]:
     return count, total, count - under
 
 
+def group() -> dict:
+    return admission_stats()["groups"].get(TINY, {"in_flight": 0, "queued": 0})
+
+
 def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vllm_pair):
     engine = vllm_pair[0]
     Replica.objects.create(name="vllm-fcfs", base_url=engine.base_url, model=TINY, max_num_seqs=8)
@@ -38,16 +43,22 @@ def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vl
 
     async def burst():
         async with httpx.AsyncClient(timeout=300) as client:
-            body = {"model": TINY, "prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
-            return await asyncio.gather(*[
-                client.post(gateway.url + "/v1/completions", json=body, headers={"authorization": f"Bearer {secret}"})
-                for secret in secrets for _ in range(2)
-            ])
+            def send(secret: str):
+                body = {"model": TINY, "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True}
+                return asyncio.create_task(client.post(
+                    gateway.url + "/v1/completions", json=body, headers={"authorization": f"Bearer {secret}"}
+                ))
+
+            first = [send(secret) for secret in secrets[:4] for _ in range(2)]
+            await wait_async(lambda: group()["in_flight"] == 8, timeout=60)
+            second = [send(secret) for secret in secrets[4:] for _ in range(2)]
+            await wait_async(lambda: group()["queued"] == 8, timeout=60)  # held by the gateway
+            return await asyncio.gather(*first, *second)
 
     responses = asyncio.run(burst())
     assert [r.status_code for r in responses] == [200] * 16
-    assert all(r.json()["usage"]["completion_tokens"] == 300 for r in responses)
-    assert sum(int(r.headers["x-gpuportal-queued-ms"]) > 0 for r in responses) >= 4  # the gateway held them
+    assert all(r.json()["usage"]["completion_tokens"] == 400 for r in responses)
+    assert all(int(r.headers["x-gpuportal-queued-ms"]) > 0 for r in responses[8:])
 
     after = queue_time(engine.metrics_text(timeout=60))
     served, waited, waited_long = (a - b for a, b in zip(after, before))

@@ -9,6 +9,7 @@ import random
 from collections import Counter
 
 from fairness.routing import choose, preference
+from tests.routing.conftest import replica
 
 
 def bound(load: Counter, replicas, epsilon: float) -> int:
@@ -36,7 +37,7 @@ def test_a_hot_key_group_never_pushes_a_replica_past_the_bound(make_replicas):
             continue
         key = rng.choice(hot) if rng.random() < 0.7 else f"cold-{step}"
         limit = bound(load, replicas, 0.25)
-        chosen = choose(replicas, key, load, epsilon=0.25)[0]
+        chosen = choose(replicas, key, load, epsilon=0.25, floor=0)[0]
         assert load[chosen.name] + 1 <= limit
         # Affinity is kept whenever the bound allows it: the first replica in the key's order
         # that stays within the bound is the one chosen.
@@ -54,7 +55,7 @@ def test_a_larger_epsilon_keeps_more_affinity(make_replicas):
     def kept(epsilon: float) -> int:
         load: Counter = Counter()
         for _ in range(400):
-            load[choose(replicas, key, load, epsilon)[0].name] += 1
+            load[choose(replicas, key, load, epsilon, floor=0)[0].name] += 1
         return load[favourite]
 
     assert kept(0.1) < kept(0.5) < kept(2.0)
@@ -100,3 +101,33 @@ def test_a_request_without_a_key_goes_to_the_least_loaded(make_replicas):
 
 def test_no_candidates_means_nothing_to_try():
     assert choose([], "k", {}) == []
+
+
+def test_lightly_loaded_replicas_keep_their_conversations_despite_the_bound():
+    replicas = [replica(f"r{i}", max_num_seqs=32) for i in range(3)]
+    favourite = preference(replicas, "k")[0]
+    # 6 in flight on the favourite, 11 in all: the bound alone (ceil(1.25 * 12 / 3) = 5) would
+    # move the conversation, but 6 of 32 slots is far below the floor of a quarter.
+    load = {r.name: 0 for r in replicas} | {favourite.name: 6}
+    load[next(r.name for r in replicas if r is not favourite)] = 5
+    assert choose(replicas, "k", load)[0] == favourite
+    assert choose(replicas, "k", load, floor=0)[0] != favourite
+    # Past the floor the bound applies again.
+    load[favourite.name] = 9
+    assert choose(replicas, "k", load)[0] != favourite
+
+
+async def test_a_burst_in_one_process_sees_its_own_forwards(aredis, make_replicas):
+    from fairness.routing import LoadBook, plan
+
+    replicas = make_replicas(3, max_num_seqs=8)
+    book = LoadBook(aredis)
+    try:
+        chosen = []
+        for _ in range(12):  # arrivals that all plan before any publish could land
+            first = (await plan(book, replicas, "one-session", floor=0))[0]
+            book.add(first.name)
+            chosen.append(first.name)
+        assert max(chosen.count(r.name) for r in replicas) <= 5  # ceil(1.25 * 12 / 3)
+    finally:
+        await book.close()
