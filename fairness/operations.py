@@ -71,6 +71,15 @@ def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = F
 
 
 @transaction.atomic
+def set_password(actor: Actor, user: AbstractBaseUser, password: str) -> AbstractBaseUser:
+    """For a user created without one (the set-password step); the password is never logged."""
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    audit(actor, "user.password", user.get_username())
+    return user
+
+
+@transaction.atomic
 def set_user_tier(actor: Actor, user: AbstractBaseUser, tier: Tier) -> int:
     """Moves every live key of the user to the tier; new requests follow at once."""
     keys = ApiKey.objects.filter(owner=user, revoked_at=None)

@@ -153,3 +153,33 @@ def openai_for(gateway, replica):
         return OpenAI(base_url=gateway.url + "/v1", api_key=member.secret, max_retries=0, **kwargs)
 
     return make
+
+
+STAFF_IP = "10.0.0.7"
+
+
+@pytest.fixture
+def staff(tiers):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("sam", password="a long staff password", is_staff=True)
+
+
+@pytest.fixture
+def staff_client(staff):
+    """sam, signed in, from a known address (the audit log records it)."""
+    from django.test import Client
+
+    client = Client(REMOTE_ADDR=STAFF_IP)
+    client.force_login(staff)
+    return client
+
+
+@pytest.fixture
+def researcher_client(cast):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="alice"))
+    return client

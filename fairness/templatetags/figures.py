@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 register = template.Library()
 
@@ -30,3 +34,34 @@ def percent(value: float | None) -> str:
     if value is None:
         return NONE
     return f"{100 * value:.0f}%"
+
+
+@register.filter
+def whole(value: int | None) -> str:
+    """Requests and tokens: whole numbers with separators."""
+    if value is None:
+        return NONE
+    return f"{value:,}"
+
+
+@register.filter
+def wait(ms: int | None) -> str:
+    """A queue-wait percentile from the rollup: a bucket's upper bound, so "at most"."""
+    if ms is None:
+        return NONE
+    if ms == 0:
+        return "none"
+    return f"≤ {ms:,} ms" if ms < 1000 else f"≤ {ms / 1000:g} s"
+
+
+@register.filter
+def ago(moment: dt.datetime | None) -> str:
+    """How long ago, to the second while it is recent: a poll 4 s ago and one 50 s ago differ."""
+    if moment is None:
+        return "never"
+    seconds = max(0, int((timezone.now() - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    return f"{timesince(moment)} ago"

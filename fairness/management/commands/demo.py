@@ -122,7 +122,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\ngpuportal is running at {base}/"))
         self.stdout.write(f"  Capacity page    {base}/capacity/")
         self.stdout.write(f"  OpenAI endpoint  {base}/v1   (model '{model}')")
-        self.stdout.write(f"  Django admin     {base}/admin/   user admin, password {admin_password}")
+        self.stdout.write(f"  Staff pages      {base}/staff/keys/   user admin, password {admin_password}")
+        self.stdout.write(f"  Django admin     {base}/admin/   (raw edits, same user)")
         self.stdout.write(f"  Logs             {log_dir}/")
         for username, tier in CAST:
             self.stdout.write(f"  {username:<6} {tier:<12} {keys[username]}")

@@ -1,0 +1,15 @@
+"""The cast signed in to the pages: sam is staff, alice a researcher."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import STAFF_IP  # noqa: F401  (re-exported for the tests here)
+
+
+@pytest.fixture(autouse=True)
+def clean_cache(redis_url: str) -> None:
+    """Sign-in limits and live load live in Redis: start each test from nothing."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -1,0 +1,112 @@
+"""Keys through the pages: the secret on one page only, revocation confirmed, rotation with grace."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from fairness.keys import hash_secret
+from fairness.models import ApiKey, AuditEntry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = re.compile(r'<code id="secret">(gp-[^<]+)</code>')
+
+
+def issue(client, **fields) -> tuple[str, object]:
+    response = client.post("/staff/keys/issue/", {"owner": "carol", "tier": "batch", **fields})
+    assert response.status_code == 200, response.content
+    return SECRET.search(response.content.decode()).group(1), response
+
+
+def test_the_secret_is_on_the_result_page_once_and_nowhere_after(staff_client, cast):
+    secret, response = issue(staff_client, label="nightly eval", expires_days=30)
+    html = response.content.decode()
+    assert "cannot be shown again" in html
+    assert 'data-copy="secret"' in html
+    assert "no-store" in response["Cache-Control"]
+    key = ApiKey.objects.get(secret_hash=hash_secret(secret))
+    assert (key.owner.username, key.tier.name, key.label) == ("carol", "batch", "nightly eval")
+    assert 29 <= (key.expires_at - timezone.now()).days <= 30
+
+    # The list, the dashboard and a reload of the form show the prefix, never the secret.
+    listing = staff_client.get("/staff/keys/").content.decode()
+    assert key.prefix in listing and secret not in listing
+    for path in ("/staff/keys/issue/", "/me/", "/staff/audit/"):
+        assert secret not in staff_client.get(path).content.decode()
+
+
+def test_a_key_without_expiry_never_expires(staff_client, cast):
+    secret, _ = issue(staff_client)
+    assert ApiKey.objects.get(secret_hash=hash_secret(secret)).expires_at is None
+
+
+def test_bad_input_is_shown_on_the_form(staff_client, cast):
+    response = staff_client.post("/staff/keys/issue/", {"owner": "nobody", "tier": "batch", "expires_days": 0})
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert set(form.errors) == {"owner", "expires_days"}
+    assert ApiKey.objects.count() == 3  # the cast's, nothing new
+
+
+def test_the_form_can_start_with_an_owner(staff_client, cast):
+    html = staff_client.get("/staff/keys/issue/?owner=carol").content.decode()
+    assert '<option value="carol" selected>' in html
+
+
+def test_revoking_asks_first_and_then_revokes(staff_client, cast):
+    key = ApiKey.objects.get(pk=cast["bob"].key_id)
+    confirm = staff_client.get(f"/staff/keys/{key.prefix}/revoke/")
+    assert b"cannot be undone" in confirm.content
+    key.refresh_from_db()
+    assert key.revoked_at is None  # looking at the question changes nothing
+
+    response = staff_client.post(f"/staff/keys/{key.prefix}/revoke/", follow=True)
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert f"Revoked {key.prefix}" in response.content.decode()
+    assert key.prefix not in staff_client.get("/staff/keys/").content.decode()  # live keys only
+    assert key.prefix in staff_client.get("/staff/keys/?show=all").content.decode()
+
+    again = staff_client.post(f"/staff/keys/{key.prefix}/revoke/", follow=True)
+    assert "was already revoked" in again.content.decode()
+    assert AuditEntry.objects.filter(action="key.revoke").count() == 1
+
+
+def test_rotation_shows_the_new_secret_once_and_keeps_the_old_for_the_grace(staff_client, cast):
+    old = ApiKey.objects.get(pk=cast["alice"].key_id)
+    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 3600})
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    secret = SECRET.search(response.content.decode()).group(1)
+    new = ApiKey.objects.get(secret_hash=hash_secret(secret))
+    old.refresh_from_db()
+    assert old.revoked_at is None and 3500 < (old.expires_at - timezone.now()).total_seconds() <= 3600
+    assert (new.owner, new.tier, new.label) == (old.owner, old.tier, old.label)
+    assert "keeps working until" in response.content.decode()
+
+
+def test_rotation_without_grace_revokes_the_old_key_and_a_revoked_key_cannot_rotate(staff_client, cast):
+    old = ApiKey.objects.get(pk=cast["alice"].key_id)
+    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 0})
+    old.refresh_from_db()
+    assert old.revoked_at is not None and "is revoked" in response.content.decode()
+    again = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 0}, follow=True)
+    assert "issue a new key instead" in again.content.decode()
+    assert ApiKey.objects.filter(owner=old.owner).count() == 2
+
+
+def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, redis_client):
+    from fairness.live import ADMISSION_NS
+    from fairness.models import UsageHourly
+
+    key = ApiKey.objects.get(pk=cast["carol"].key_id)
+    redis_client.hset(ADMISSION_NS + "kin", str(key.pk), 2)
+    redis_client.hset(ADMISSION_NS + "kq", str(key.pk), 5)
+    UsageHourly.objects.create(key=key, hour=timezone.now().replace(minute=0, second=0, microsecond=0),
+                               requests=3, prompt_tokens=1200, completion_tokens=34)
+    rows = staff_client.get("/staff/keys/").context["rows"]
+    row = next(r for r in rows if r.prefix == key.prefix)
+    assert (row.in_flight, row.queued, row.tokens_24h) == (2, 5, 1234)
+    assert "1,234" in staff_client.get("/staff/keys/").content.decode()

@@ -1,0 +1,104 @@
+"""Users and tiers through the pages: creation, the set-password step, tier moves, validation."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from fairness.models import ApiKey, Tier
+
+pytestmark = pytest.mark.django_db(transaction=True)
+User = get_user_model()
+
+TIER = {
+    "name": "gold", "description": "Paid for", "per_key_concurrency": 4, "pool_concurrency": 8,
+    "head_start_seconds": 30, "max_queue_wait_seconds": 120, "max_queued_per_key": 16, "engine_priority": 0,
+}
+
+
+def test_a_user_created_with_a_password_can_sign_in(staff_client, cast):
+    response = staff_client.post("/staff/users/new/", {
+        "username": "dora", "email": "dora@example.org", "password1": "correct horse battery", "password2": "correct horse battery",
+    })
+    assert response.status_code == 302 and response["Location"] == "/staff/users/"
+    dora = User.objects.get(username="dora")
+    assert not dora.is_staff and dora.email == "dora@example.org"
+    assert Client().login(username="dora", password="correct horse battery")
+
+
+def test_a_user_created_without_a_password_goes_through_the_set_password_step(staff_client, cast):
+    response = staff_client.post("/staff/users/new/", {"username": "eve", "is_staff": "on"})
+    assert response["Location"] == "/staff/users/eve/password/"
+    eve = User.objects.get(username="eve")
+    assert eve.is_staff and not eve.has_usable_password()
+    assert "no password" in staff_client.get("/staff/users/").content.decode()
+
+    too_short = staff_client.post("/staff/users/eve/password/", {"new_password1": "short", "new_password2": "short"})
+    assert too_short.status_code == 200 and "new_password2" in too_short.context["form"].errors
+    done = staff_client.post("/staff/users/eve/password/", {"new_password1": "a much longer one", "new_password2": "a much longer one"})
+    assert done.status_code == 302
+    assert Client().login(username="eve", password="a much longer one")
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"username": "alice"}, "username"),  # taken
+    ({"username": "has space"}, "username"),
+    ({"username": "fay", "password1": "correct horse battery", "password2": "other horse battery"}, "password2"),
+    ({"username": "fay", "password1": "password", "password2": "password"}, "password1"),  # too common
+])
+def test_user_creation_errors_name_the_field(staff_client, cast, fields, field):
+    response = staff_client.post("/staff/users/new/", fields)
+    assert response.status_code == 200
+    assert field in response.context["form"].errors
+    assert not User.objects.filter(username="fay").exists()
+
+
+def test_changing_a_users_tier_moves_every_live_key(staff_client, cast):
+    alice = User.objects.get(username="alice")
+    ApiKey.objects.filter(owner=alice).update(revoked_at=None)
+    response = staff_client.post("/staff/users/alice/tier/", {"tier": "batch"}, follow=True)
+    assert "Moved 1 live key(s) of alice to batch" in response.content.decode()
+    assert set(ApiKey.objects.filter(owner=alice).values_list("tier__name", flat=True)) == {"batch"}
+
+
+def test_a_new_tier_is_created_from_the_form(staff_client, cast):
+    response = staff_client.post("/staff/tiers/new/", TIER)
+    assert response.status_code == 302
+    gold = Tier.objects.get(name="gold")
+    assert (gold.per_key_concurrency, gold.pool_concurrency, gold.head_start_seconds) == (4, 8, 30.0)
+    assert "4 at a time per key; 8 in total across all gold keys" in staff_client.get("/staff/tiers/").content.decode()
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"per_key_concurrency": 0}, "per_key_concurrency"),
+    ({"pool_concurrency": 0}, "pool_concurrency"),
+    ({"per_key_concurrency": 4, "pool_concurrency": 2}, "pool_concurrency"),  # Tier.clean
+    ({"head_start_seconds": -1}, "head_start_seconds"),
+    ({"max_queued_per_key": 0}, "max_queued_per_key"),
+    ({"per_key_concurrency": "many"}, "per_key_concurrency"),
+])
+def test_tier_edits_are_validated_with_errors_on_the_fields(staff_client, cast, change, field):
+    before = Tier.objects.get(name="batch")
+    response = staff_client.post("/staff/tiers/batch/edit/", {**TIER, "name": "batch", **change})
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert list(form.errors) == [field]
+    html = response.content.decode()
+    assert 'class="errorlist' in html and 'aria-invalid="true"' in html
+    after = Tier.objects.get(name="batch")
+    assert (after.per_key_concurrency, after.pool_concurrency, after.head_start_seconds) == (
+        before.per_key_concurrency, before.pool_concurrency, before.head_start_seconds)
+
+
+def test_a_tier_keeps_its_name_when_edited(staff_client, cast):
+    response = staff_client.post("/staff/tiers/batch/edit/", {**TIER, "name": "renamed", "pool_concurrency": ""})
+    assert response.status_code == 302
+    batch = Tier.objects.get(name="batch")
+    assert batch.pool_concurrency is None and batch.per_key_concurrency == 4
+    assert not Tier.objects.filter(name="renamed").exists()
+
+
+def test_a_second_tier_with_the_same_name_is_refused(staff_client, cast):
+    response = staff_client.post("/staff/tiers/new/", {**TIER, "name": "batch"})
+    assert response.status_code == 200 and "name" in response.context["form"].errors
