@@ -18,6 +18,7 @@ import httpx
 from fairness.errors import ApiError
 
 EVENT_END = b"\n\n"
+UNSTARTED_GRACE_SECONDS = 10.0
 
 
 @dataclass
@@ -57,11 +58,21 @@ class Relay:
         self.tally = StreamTally()
         self._loop = asyncio.get_running_loop()
         self._finished: asyncio.Future[None] | None = None
+        self._started = False
+        # If the client leaves between the view returning and the body starting, Django drops
+        # the response without closing it; nothing would ever give the lease back.
+        self._watchdog = self._loop.call_later(UNSTARTED_GRACE_SECONDS, self._abandon_if_unstarted)
+
+    def _abandon_if_unstarted(self) -> None:
+        if not self._started:
+            self.finish()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._relay()
 
     async def _relay(self) -> AsyncIterator[bytes]:
+        self._started = True
+        self._watchdog.cancel()
         pending = b""
         try:
             async for chunk in self.upstream.aiter_raw():
@@ -117,6 +128,7 @@ class Relay:
 
     def finish(self) -> asyncio.Future[None]:
         """Close upstream and report, once, whichever path gets here first."""
+        self._watchdog.cancel()
         if self._finished is None:
             self._finished = asyncio.ensure_future(self._finish())
         return self._finished
