@@ -1,0 +1,288 @@
+"""Fairness benchmark: does the gateway keep interactive users fast while a batch job floods
+the card, and does ageing stop a batch request from starving?
+
+    .venv/bin/python -m bench.fairness [--speed X] [--quick] [--rounds N] [--gateways N]
+                                       [--only fairness|ageing]
+
+Default speed 4 (about 4 minutes); --quick: speed 5 and shorter windows (about 1.5 minutes).
+The batch flood runs in a process of its own (bench/flood.py); each phase gets a fresh portal
+with a private redis-server unless --redis-url is given.
+
+Scenario 1, one enginesim replica with 8 slots and the seeds' timing sped up by --speed. carol
+(batch tier) keeps 64 long requests in flight (400 tokens, ignore_eos); alice, bob, dave and erin
+(interactive) each send short streamed chats (32 tokens) with 1-2 s of think time (÷ speed).
+Phases, run one after another in one process, with equal windows for the loaded ones:
+  idle-direct / idle-gateway   interactive users alone (the baseline TTFT)
+  batch-direct / batch-gateway the flood alone (the baseline batch throughput)
+  ideal-direct                 6 batch + interactive straight to the engine, nothing queued:
+                               perfect admission without a gateway (tells policy from overhead)
+  fcfs                         flood + interactive straight to the engine (what vLLM alone does)
+  gateway                      flood + interactive through the gateway
+Scenario 2 (bench/ageing.py): six interactive keys keep 12 requests in flight on 8 slots; one
+batch request arrives at a time; its wait with ageing (head start H) and without (strict
+priority, head start 1e9).
+
+Writes bench/results/fairness.json and fairness.png and prints the tables and PASS/FAIL targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench import ageing, report
+from bench.fairness_plot import plot
+from bench.harness import EngineSpec, Portal, portal
+from bench.load import Target
+from bench.measures import ratio
+from bench.phases import Plan, run, summarize
+
+INTERACTIVE_USERS = ("alice", "bob", "dave", "erin")
+BATCH_USER = "carol"
+SLOTS = 8
+
+
+@dataclass(frozen=True)
+class Config:
+    speed: float
+    window: float  # loaded phases' measurement window (wall seconds)
+    idle_window: float
+    batch_window: float
+    warmup: float
+    jain_window: float
+    head_start: float
+    arrivals: int
+    gateways: int
+    admission_prefix: str
+    redis_url: str | None
+
+    @classmethod
+    def make(cls, speed: float | None, quick: bool, gateways: int, prefix: str,
+             redis_url: str | None = None) -> Config:
+        speed = speed or (5.0 if quick else 4.0)
+        # A batch request lasts ~4.5 s / speed; FCFS makes a newcomer wait for ~8 of them.
+        scale = 50.0 if quick else 120.0
+        return cls(
+            speed=speed,
+            window=scale / speed,
+            idle_window=scale / 3 / speed,
+            batch_window=scale / 3 / speed,
+            warmup=max(1.0, 8.0 / speed),
+            jain_window=4.0 / speed,
+            head_start=2.0 if quick else 5.0,
+            arrivals=2 if quick else 3,
+            gateways=gateways,
+            admission_prefix=prefix,
+            redis_url=redis_url,
+        )
+
+
+PHASES = ("idle-direct", "idle-gateway", "batch-direct", "batch-gateway", "ideal-direct", "fcfs",
+          "gateway")
+# ideal-direct: six batch requests (what the gateway lets the flood run: pool 2 + 4 borrowed,
+# leaving the reserve of 2) and the interactive users, all straight to the engine and nothing
+# queued: perfect admission at zero gateway cost, to tell policy from overhead.
+IDEAL_BATCH = 6
+
+
+def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
+    """One phase's plan on portal ``p``: "-direct" and "fcfs" go straight to the engine."""
+    engine = p.engines[0].url
+    through = name in ("idle-gateway", "batch-gateway", "gateway")
+    urls = tuple(p.gateway_urls()) if through else (engine,)
+
+    def target(user: str) -> Target:
+        return Target(urls, p.secret(user) if through else None, "gateway" if through else "direct")
+
+    common: dict[str, Any] = {
+        "engine_url": engine, "model": p.model, "window": cfg.jain_window,
+        "think": (1.0 / cfg.speed, 2.0 / cfg.speed), "warmup": cfg.warmup,
+        "processes": {"engine": p.engines[0].pid,
+                      **{f"gateway{i}": g.process.pid for i, g in enumerate(p.gateways)}},
+    }
+    if through:
+        common["admission"] = (p.redis_url, cfg.admission_prefix)
+        common["key_names"] = {str(m.key_id): m.username for m in p.members.values()}
+    interactive = {u: target(u) for u in INTERACTIVE_USERS}
+    if name.startswith("idle"):
+        return Plan(name, interactive=interactive, duration=cfg.idle_window, drain=10, **common)
+    if name.startswith("batch"):
+        return Plan(name, batch=target(BATCH_USER), duration=cfg.batch_window, **common)
+    if name == "ideal-direct":
+        return Plan(name, interactive=interactive, batch=target(BATCH_USER),
+                    batch_concurrency=IDEAL_BATCH, duration=cfg.idle_window, drain=10, **common)
+    return Plan(name, interactive=interactive, batch=target(BATCH_USER), duration=cfg.window,
+                drain=cfg.window, **common)
+
+
+def scenario_one(cfg: Config) -> dict[str, Any]:
+    """Each phase gets a fresh portal (same configuration), so a slot leaked by one phase
+    (reported as a warning) cannot skew the next one's figures."""
+    members = {**{u: "interactive" for u in INTERACTIVE_USERS}, BATCH_USER: "batch"}
+    phases = {}
+    for name in PHASES:
+        with portal(members=members, engines=[EngineSpec(SLOTS, cfg.speed)],
+                    gateways=cfg.gateways, redis_url=cfg.redis_url) as p:
+            plan = make_plan(name, p, cfg)
+            started = time.monotonic()
+            print(f"  phase {name}: {plan.duration:.1f} s window ...", flush=True)
+            phases[name] = summarize(asyncio.run(run(plan)))
+            print(f"    done in {time.monotonic() - started:.1f} s", flush=True)
+    return phases
+
+
+def scenario_one_targets(ph: dict[str, Any]) -> list[report.Target]:
+    p95 = {name: (ph[name]["interactive"]["ttft"]["p95"]) for name in ph
+           if ph[name]["interactive"]["requests"]}
+    rate = {name: ph[name]["batch"]["tokens_per_s"] for name in ph if ph[name]["batch"]}
+    return [
+        report.target("interactive TTFT p95, gateway under flood / idle card (direct)",
+                      ratio(p95.get("gateway"), p95.get("idle-direct")), "<=", 1.5, "x",
+                      "gateway ÷ idle-direct"),
+        report.target("interactive TTFT p95, gateway under flood / idle gateway",
+                      ratio(p95.get("gateway"), p95.get("idle-gateway")), "<=", 1.5, "x",
+                      "gateway ÷ idle-gateway (same path, isolates the flood)"),
+        report.target("  (info) gateway under flood / ideal admission without a gateway",
+                      ratio(p95.get("gateway"), p95.get("ideal-direct")), "<=", 1.5, "x",
+                      "gateway ÷ ideal-direct (6 batch running, nothing queued)"),
+        report.target("interactive TTFT p95 improvement over FCFS direct",
+                      ratio(p95.get("fcfs"), p95.get("gateway")), ">=", 10.0, "x",
+                      "fcfs ÷ gateway"),
+        report.target("batch throughput with interactive users / batch alone (direct)",
+                      ratio(rate.get("gateway"), rate.get("batch-direct")), ">=", 0.6, "x",
+                      "gateway ÷ batch-direct"),
+    ]
+
+
+def median_targets(per_round: list[list[report.Target]]) -> list[report.Target]:
+    """Each target's median over the rounds (a shared box makes single runs noisy)."""
+    if len(per_round) == 1:
+        return per_round[0]
+    merged = []
+    for i, first in enumerate(per_round[0]):
+        values = [r[i]["measured"] for r in per_round if r[i]["measured"] is not None]
+        middle = statistics.median(values) if values else None
+        listing = ", ".join(report.fmt(v) for v in values)
+        merged.append(report.target(first["name"], middle, first["rule"], first["limit"],
+                                    first["unit"], f"{first['detail']}; median of {listing}"))
+    return merged
+
+
+def print_rounds(rounds: list[dict[str, Any]]) -> None:
+    rows = []
+    for i, ph in enumerate(rounds, 1):
+        p95 = {n: ph[n]["interactive"]["ttft"]["p95"] for n in ph}
+        rows.append([i, p95["idle-direct"], p95["idle-gateway"], p95["ideal-direct"],
+                     p95["gateway"], p95["fcfs"], ph["gateway"]["batch"]["tokens_per_s"],
+                     ph["batch-direct"]["batch"]["tokens_per_s"],
+                     ph["gateway"].get("loadavg_1min_at_end")])
+    print(report.table(["round", "TTFT p95 idle-direct", "idle-gateway", "ideal-direct",
+                        "gateway", "fcfs", "batch tok/s gateway", "batch alone", "load avg"],
+                       rows, title="Rounds (the tables above are the last round's)"))
+
+
+def print_scenario_one(ph: dict[str, Any]) -> None:
+    rows = []
+    for name, s in ph.items():
+        i, b, e = s["interactive"], s["batch"], s["engine"]
+        t = i["ttft"]
+        rows.append([
+            name, i["requests"] or None, t["p50"], t["p95"], t["max"], i["cut_off"] or None,
+            i["jain"]["mean"], i["jain"]["min"],
+            f"{i['jain']['windows_with_a_starved_client']}/{len(s['series']['jain'])}"
+            if i["requests"] else None, b and b["tokens_per_s"],
+            b and b["completion_time"]["p50"], e["waiting_mean"], e["waiting_max"],
+            e["peak_running"],
+        ])  # fmt: skip
+    print(report.table(
+        ["phase", "int req", "TTFT p50 s", "p95 s", "max s", "cut", "Jain mean", "Jain min",
+         "starved win", "batch tok/s", "batch done p50 s", "eng wait mean", "wait max", "eng peak run"],
+        rows, title="Scenario 1: batch flood vs interactive users"))
+    names = sorted({n for s in ph.values() for n in s.get("cpu", {})})
+    print()
+    print(report.table(["phase", *names, "load avg"],
+                       [[name, *(s.get("cpu", {}).get(n) for n in names),
+                         s.get("loadavg_1min_at_end")] for name, s in ph.items()],
+                       title="CPU seconds per second by process (2 cores here; other sessions "
+                             "share the box: see the load average)"))
+    peak_rows = []
+    for name, s in ph.items():
+        gateway = s.get("gateway_admission") or {}
+        for user, adm in s["peak_in_flight"]["admitted"].items():
+            peak_rows.append([name, user, adm, s["peak_in_flight"]["generating"].get(user),
+                              (gateway.get("peak_in_flight_per_key") or {}).get(user),
+                              (gateway.get("peak_queued_per_key") or {}).get(user)])
+    print()
+    print(report.table(["phase", "key", "client: admitted (headers→end)",
+                        "client: generating (1st token→end)", "gateway: in flight",
+                        "gateway: queued"], peak_rows,
+                       title="Peak in flight per key. Client side: a stream's tail can be read "
+                             "after the engine has started the next request, so 'generating' may "
+                             "overcount by one or two (the engine's peak_running is exact); "
+                             "gateway counters sampled every 0.1 s"))
+    for name, s in ph.items():
+        gateway = s.get("gateway_admission") or {}
+        if gateway.get("leases_held_at_start"):
+            print(f"WARNING: {name}: gateway leases held before the phase began (an earlier "
+                  f"phase's leak): {gateway['leases_held_at_start']}")
+        ageing.warn_leases(name, gateway.get("leases_left_after_phase"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--speed", type=float, default=None, help="enginesim speed (default 4)")
+    parser.add_argument("--quick", action="store_true", help="short windows for iterating")
+    parser.add_argument("--gateways", type=int, default=1, help="gateway processes")
+    parser.add_argument("--only", choices=("fairness", "ageing"), default=None)
+    parser.add_argument("--name", default="fairness", help="results file name")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat scenario 1; targets use each figure's median")
+    parser.add_argument("--admission-prefix", default="gp",
+                        help="the gateway's admission key prefix (to sample its counters)")
+    parser.add_argument("--redis-url", default=None,
+                        help="a Redis database to use and FLUSH (default: a private "
+                             "redis-server on a free loopback port)")
+    args = parser.parse_args(argv)
+    cfg = Config.make(args.speed, args.quick, args.gateways, args.admission_prefix,
+                      args.redis_url)
+    print(f"fairness benchmark: speed {cfg.speed:g}, window {cfg.window:.1f} s, "
+          f"{cfg.gateways} gateway(s)", flush=True)
+    started = time.monotonic()
+    results: dict[str, Any] = {"config": cfg.__dict__, "targets": []}
+    if args.only in (None, "fairness"):
+        rounds = []
+        for r in range(args.rounds):
+            if args.rounds > 1:
+                print(f" round {r + 1} of {args.rounds}", flush=True)
+            rounds.append(scenario_one(cfg))
+        results["scenario1"] = rounds[-1]
+        results["scenario1_rounds"] = rounds
+        results["targets"] += median_targets([scenario_one_targets(ph) for ph in rounds])
+        print()
+        print_scenario_one(results["scenario1"])
+        if len(rounds) > 1:
+            print()
+            print_rounds(rounds)
+    if args.only in (None, "ageing"):
+        idle = results.get("scenario1", {}).get("idle-gateway", {})
+        results["scenario2"] = ageing.run_both(cfg, SLOTS, idle.get("interactive"))
+        results["targets"] += ageing.targets(results["scenario2"])
+        print()
+        ageing.print_table(results["scenario2"])
+    print()
+    print(report.targets_table(results["targets"]))
+    results["elapsed_s"] = time.monotonic() - started
+    json_path = report.write_json(args.name, results)
+    png_path = plot(results, args.name)
+    print(f"\nwrote {json_path} and {png_path} ({results['elapsed_s']:.0f} s)")
+    return 0 if all(t["ok"] for t in results["targets"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
