@@ -61,7 +61,7 @@ async def sample_routing(redis_url: str, names: Sequence[str], out: Samples) -> 
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
         while True:
-            counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, *names)
+            counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, "", *names)
             out.append((load.now(), [int(c) for c in counts]))
             await asyncio.sleep(0.02)
     finally:
@@ -77,7 +77,7 @@ async def gateway_leftovers(p: Portal, names: Sequence[str]) -> dict[str, Any]:
     leases = await load.admission_settled(p.redis_url, "gp", timeout=5.0)
     client = redis.asyncio.Redis.from_url(p.redis_url)
     try:
-        counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, *names)
+        counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, "", *names)
     finally:
         await client.aclose()
     return {"leases": leases, "routing_in_flight": dict(zip(names, map(int, counts)))}
