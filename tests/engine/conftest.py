@@ -20,6 +20,18 @@ MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"
 LOG_DIR = REPO_ROOT / "var" / "test-logs"
 
 
+TIMINGS: dict[str, float] = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if "startup" in TIMINGS:
+        tier = TIMINGS.get("ended", time.monotonic()) - TIMINGS["began"]
+        terminalreporter.write_line(
+            f"real-engine tier: two vLLM servers ready in {TIMINGS['startup']:.1f} s; "
+            f"the tier took {tier:.1f} s in all"
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     for item in items:
@@ -50,12 +62,12 @@ def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
         VLLMServer(MODEL_DIR, cpus="0", log_path=LOG_DIR / "vllm-fcfs.log"),
         VLLMServer(MODEL_DIR, cpus="1", scheduling_policy="priority", log_path=LOG_DIR / "vllm-priority.log"),
     )
-    started = time.monotonic()
+    started = TIMINGS["began"] = time.monotonic()
     start_all(list(servers))
-    print(f"\nreal vLLM: two servers ready in {time.monotonic() - started:.1f} s "
-          f"({', '.join(f'{s.ready_after:.1f} s' for s in servers)})")
+    TIMINGS["startup"] = time.monotonic() - started
     yield servers
     stop_all(servers)
+    TIMINGS["ended"] = time.monotonic()
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ def test_the_retry_target_is_the_next_replica_within_the_bound(make_replicas):
     replicas = make_replicas(4)
     order = preference(replicas, "k")
     load = {order[1].name: 3}  # total 3: bound ceil(1.25 · 4 / 4) = 2, so order[1] is over
-    assert [r.name for r in choose(replicas, "k", load)] == [
+    assert [r.name for r in choose(replicas, "k", load, floor=0)] == [
         order[0].name,
         order[2].name,
         order[3].name,
@@ -107,13 +107,13 @@ def test_lightly_loaded_replicas_keep_their_conversations_despite_the_bound():
     replicas = [replica(f"r{i}", max_num_seqs=32) for i in range(3)]
     favourite = preference(replicas, "k")[0]
     # 6 in flight on the favourite, 11 in all: the bound alone (ceil(1.25 * 12 / 3) = 5) would
-    # move the conversation, but 6 of 32 slots is far below the floor of a quarter.
+    # move the conversation, but 6 of 32 slots is far below the floor of half the slots.
     load = {r.name: 0 for r in replicas} | {favourite.name: 6}
     load[next(r.name for r in replicas if r is not favourite)] = 5
     assert choose(replicas, "k", load)[0] == favourite
     assert choose(replicas, "k", load, floor=0)[0] != favourite
     # Past the floor the bound applies again.
-    load[favourite.name] = 9
+    load[favourite.name] = 16
     assert choose(replicas, "k", load)[0] != favourite
 
 
