@@ -47,7 +47,7 @@ NS = "gp:{rt}:"  # the {rt} hash tag keeps every routing key in one Redis Cluste
 PROCS = NS + "inflight-procs"
 PROMPT_PREFIX_CHARS = 256
 DEFAULT_EPSILON = 0.25
-DEFAULT_BOUND_FLOOR = 0.5
+DEFAULT_BOUND_FLOOR = 0.375
 DEFAULT_LOAD_TTL = 10.0
 
 

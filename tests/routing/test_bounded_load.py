@@ -107,13 +107,13 @@ def test_lightly_loaded_replicas_keep_their_conversations_despite_the_bound():
     replicas = [replica(f"r{i}", max_num_seqs=32) for i in range(3)]
     favourite = preference(replicas, "k")[0]
     # 6 in flight on the favourite, 11 in all: the bound alone (ceil(1.25 * 12 / 3) = 5) would
-    # move the conversation, but 6 of 32 slots is far below the floor of half the slots.
+    # move the conversation, but 6 of 32 slots is far below the floor of three eighths.
     load = {r.name: 0 for r in replicas} | {favourite.name: 6}
     load[next(r.name for r in replicas if r is not favourite)] = 5
     assert choose(replicas, "k", load)[0] == favourite
     assert choose(replicas, "k", load, floor=0)[0] != favourite
     # Past the floor the bound applies again.
-    load[favourite.name] = 16
+    load[favourite.name] = 12
     assert choose(replicas, "k", load)[0] != favourite
 
 
