@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, close_old_connections, transaction
 from django.utils import timezone
 
 from fairness.errors import ApiError
@@ -110,8 +111,11 @@ def parse_bearer(header: str | None) -> str:
     return secret
 
 
-async def _load(secret_hash: str) -> KeyInfo | None:
-    key = await ApiKey.objects.select_related("tier").filter(secret_hash=secret_hash).afirst()
+@sync_to_async
+def _load(secret_hash: str) -> KeyInfo | None:
+    # No request cycle closes this thread's connection on the gateway: check it here.
+    close_old_connections()
+    key = ApiKey.objects.select_related("tier").filter(secret_hash=secret_hash).first()
     if key is None:
         return None
     return KeyInfo(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
 from fairness.models import Replica
 
 
@@ -55,13 +58,7 @@ class ReplicaDirectory:
     @classmethod
     async def load(cls, include_draining: bool = False) -> "ReplicaDirectory":
         """Enabled replicas; a draining one only when asked (polling still watches it)."""
-        replicas = Replica.objects.filter(enabled=True)
-        if not include_draining:
-            replicas = replicas.filter(draining=False)
-        rows = []
-        async for replica in replicas.prefetch_related("tiers"):
-            rows.append(ReplicaInfo.of(replica, frozenset(t.name for t in replica.tiers.all())))
-        return cls(rows)
+        return cls(await _rows(include_draining))
 
     def models(self) -> list[str]:
         return sorted(self.by_model)
@@ -91,3 +88,16 @@ class ReplicaDirectory:
         if len(members) == len(self.by_model.get(model, [])):
             return model
         return model + "@" + "+".join(sorted(r.name for r in members))
+
+
+@sync_to_async
+def _rows(include_draining: bool) -> list[ReplicaInfo]:
+    # No request cycle closes this thread's connection on the gateway: check it here.
+    close_old_connections()
+    replicas = Replica.objects.filter(enabled=True)
+    if not include_draining:
+        replicas = replicas.filter(draining=False)
+    return [
+        ReplicaInfo.of(replica, frozenset(t.name for t in replica.tiers.all()))
+        for replica in replicas.prefetch_related("tiers")
+    ]
