@@ -1,0 +1,383 @@
+"""What the gateway costs per request, beside going straight to the engine and beside LiteLLM's
+proxy (per-key max_parallel_requests, Redis), all against one enginesim in --instant mode.
+
+    .venv/bin/python -m bench.overhead [--quick] [--load-processes N] [--no-profile]
+
+Systems, measured in turn (rotated every round, so the box's other work hits all alike):
+  direct        straight to the engine
+  gateway×1     our gateway, one uvicorn worker process
+  gateway×2     two gateway processes (each worker spreads its requests over both)
+  litellm×1     LiteLLM's proxy (bench/overhead_litellm.py), one worker
+Phases: non-streaming chats (16 tokens) at concurrency 1, 16, 64; streamed chats of 256 chunks at
+concurrency 1 and 16 (enginesim --instant writes a whole stream at once, so any gap between
+chunks at the client is the proxy's doing); "paced" streams from a timed enginesim (about 10 ms
+per token, 64 tokens, concurrency 4) through direct, gateway×1 and litellm×1, where chunks
+arrive one by one and the proxy's per-chunk path and TTFT show; a per-key cap of 4 with 16
+clients of that key while 48 others load the same gateway (ours queues, LiteLLM answers 429);
+py-spy on one gateway worker under concurrency 16; 100,000 requests through one gateway worker
+for memory flatness.
+
+Every benchmark key's tier allows 128 at a time per key, no pool (LiteLLM: max_parallel_requests
+128), so nothing is throttled at concurrency 64. The load comes from separate processes with a
+lean HTTP client (bench/overhead_client.py). Writes bench/results/overhead.json and .png, prints
+tables and the targets. The setup step installs LiteLLM into var/bench-litellm and py-spy into
+var/bench-pyspy (never project dependencies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import overhead_litellm, overhead_profile, overhead_report, report
+from bench.harness import LOGS, ROOT, EngineSpec, Portal, cleanup_on_sigterm, portal
+from bench.overhead_client import LoadGenerators, PhaseResult, PhaseSpec, chat_body
+from bench.overhead_sys import Accounts, find_process, rss_bytes, with_descendants
+from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
+
+PATH = "/v1/chat/completions"
+MODEL, TIMED_MODEL = "sim", "timed"
+BENCH_KEYS = ("bench0", "bench1", "bench2", "bench3")
+CAPPED_KEY = "capped"
+HIGH_CAP, LOW_CAP = 128, 4
+LITELLM_REDIS_DB = 9  # LiteLLM's limiter shares our private redis-server in a database of its own
+TIERS = {
+    "bench": {"per_key_concurrency": HIGH_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
+              "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
+              "borrow_idle_slots": False},
+    "capped": {"per_key_concurrency": LOW_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
+               "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
+               "borrow_idle_slots": False},
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    rounds: int
+    window: float  # measured seconds per system, concurrency and round
+    warmup: float
+    concurrency: tuple[int, ...]
+    stream_concurrency: tuple[int, ...]
+    stream_tokens: int
+    cap_clients: int
+    cap_background: int
+    cap_seconds: float
+    memory_requests: int
+    memory_warmup: int
+    memory_concurrency: int
+    profile_seconds: int
+    paced_tokens: int
+    paced_concurrency: int
+    load_processes: int
+
+    @classmethod
+    def make(cls, quick: bool, load_processes: int) -> Config:
+        if quick:
+            return cls(rounds=1, window=3.0, warmup=1.0, concurrency=(1, 16, 64),
+                       stream_concurrency=(1, 16), stream_tokens=256, cap_clients=16,
+                       cap_background=48, cap_seconds=3.0, memory_requests=10_000,
+                       memory_warmup=1_000, memory_concurrency=16, profile_seconds=5,
+                       paced_tokens=64, paced_concurrency=4, load_processes=load_processes)
+        return cls(rounds=3, window=6.0, warmup=1.0, concurrency=(1, 16, 64),
+                   stream_concurrency=(1, 16), stream_tokens=256, cap_clients=16,
+                   cap_background=48, cap_seconds=10.0, memory_requests=100_000,
+                   memory_warmup=10_000, memory_concurrency=16, profile_seconds=15,
+                   paced_tokens=64, paced_concurrency=4, load_processes=load_processes)
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    kind: str  # "direct", "ours" or "litellm"
+    urls: tuple[str, ...]
+    secrets: tuple[str, ...]
+    pids: tuple[int, ...]
+    workers: int
+
+
+@dataclass
+class Bench:
+    cfg: Config
+    gens: LoadGenerators
+    systems: list[System]
+    engine: EngineSimProcess
+    timed: EngineSimProcess
+    redis_pid: int | None
+    capped_secret: str
+    bench_secrets: tuple[str, ...]
+
+    def system(self, name: str) -> System:
+        return next(s for s in self.systems if s.name == name)
+
+    def accounts(self, system: System) -> Accounts:
+        groups = {"server": list(system.pids), "engine": [self.engine.pid, self.timed.pid],
+                  "loadgen": self.gens.pids}
+        if self.redis_pid is not None:
+            groups["redis"] = [self.redis_pid]
+        return Accounts(groups)
+
+    def window(self, system: System, specs: Sequence[PhaseSpec], t0: float, t1: float
+               ) -> dict[str, Any]:
+        """Run ``specs`` side by side; CPU and memory of ``system`` over [t0, t1]."""
+        accounts = self.accounts(system)
+        self.gens.start(*specs)
+        _sleep_until(t0)
+        load = os.getloadavg()[0]  # the box's other work, for reading noisy windows
+        before = accounts.snapshot()
+        peak = 0
+        while time.perf_counter() < t1:
+            peak = max(peak, rss_bytes(with_descendants(system.pids)))
+            time.sleep(min(0.2, max(0.0, t1 - time.perf_counter())))
+        after = accounts.snapshot()
+        results = self.gens.collect(timeout=t1 - time.perf_counter() + 300)
+        return {"results": results, "seconds": t1 - t0, "cpu": Accounts.delta(before, after),
+                "rss_peak": peak, "loadavg": load}
+
+    def closed_loop(self, system: System, concurrency: int, bodies: tuple[bytes, ...],
+                    stream: bool, window: float) -> dict[str, Any]:
+        t0 = time.perf_counter() + self.cfg.warmup + 0.1
+        spec = PhaseSpec(urls=system.urls, path=PATH, bodies=bodies, secrets=system.secrets,
+                         concurrency=concurrency, measure_from=t0, measure_until=t0 + window,
+                         stream=stream)
+        out = self.window(system, [spec], t0, t0 + window)
+        out["result"] = out.pop("results")[0]
+        return out
+
+    def sweep(self, bodies: tuple[bytes, ...], stream: bool, levels: Sequence[int],
+              label: str, systems: Sequence[System] | None = None
+              ) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """Every system at every level, ``rounds`` times, the order rotated each round."""
+        systems = list(systems or self.systems)
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for r in range(self.cfg.rounds):
+            for c in levels:
+                order = systems[r % len(systems):] + systems[:r % len(systems)]
+                for system in order:
+                    out = self.closed_loop(system, c, bodies, stream, self.cfg.window)
+                    runs.setdefault(str(c), {}).setdefault(system.name, []).append(out)
+                    res: PhaseResult = out["result"]
+                    print(f"  {label} round {r + 1} c={c:<3} {system.name:<10} "
+                          f"{res.completed / out['seconds']:8.0f}/s  non-200 "
+                          f"{sum(n for s, n in res.statuses.items() if s != 200)}"
+                          f"  errors {sum(res.errors.values())}", flush=True)
+        return runs
+
+    def paced_systems(self) -> list[System]:
+        direct = System("direct", "direct", (self.timed.url,), (), (self.timed.pid,), 1)
+        return [direct, self.system("gateway×1"), self.system("litellm×1")]
+
+    def warm(self) -> None:
+        bodies = _bodies(MODEL, 16, False)
+        for system in self.systems:
+            self.closed_loop(system, 4, bodies, False, 1.0)
+
+    def caps(self, system: System) -> dict[str, Any]:
+        """16 clients of one key capped at 4 (timed engine, so requests last ~0.1 s) while 48
+        clients of the high-cap keys load the same gateway."""
+        self.timed.reset_peak()
+        t0 = time.perf_counter() + self.cfg.warmup + 0.1
+        t1 = t0 + self.cfg.cap_seconds
+        url = system.urls[:1]
+        capped = PhaseSpec(urls=url, path=PATH, bodies=_bodies(TIMED_MODEL, 8, False),
+                           secrets=(self.capped_secret,), concurrency=self.cfg.cap_clients,
+                           measure_from=t0, measure_until=t1)
+        background = PhaseSpec(urls=url, path=PATH, bodies=_bodies(MODEL, 16, False),
+                               secrets=self.bench_secrets, concurrency=self.cfg.cap_background,
+                               measure_from=t0, measure_until=t1)
+        out = self.window(system, [capped, background], t0, t1)
+        stats = self.timed.stats()
+        return overhead_report.caps_summary(out, stats["peak_running"], LOW_CAP,
+                                            self.cfg.cap_clients, self.cfg.cap_background)
+
+    def memory(self, system: System) -> dict[str, Any]:
+        """``memory_requests`` requests (1 in 4 streamed) through one worker; RSS against the
+        engine's request count."""
+        bodies = tuple(chat_body(MODEL, n, 16, n % 4 == 3) for n in range(64))
+        start = time.perf_counter()
+        spec = PhaseSpec(urls=system.urls, path=PATH, bodies=bodies, secrets=system.secrets,
+                         concurrency=self.cfg.memory_concurrency, measure_from=start,
+                         measure_until=start + 1800, max_requests=self.cfg.memory_requests,
+                         keep_latencies=False)
+        base = self.engine.stats()["total_requests"]
+        accounts = Accounts({"server": list(system.pids)})
+        cpu0 = accounts.snapshot()
+        samples = []
+        self.gens.start(spec)
+        while True:
+            finished = self.gens.finished()
+            samples.append({"t": time.perf_counter() - start,
+                            "requests": self.engine.stats()["total_requests"] - base,
+                            "rss": rss_bytes(with_descendants(system.pids))})
+            if finished or time.perf_counter() - start > 1800:
+                break
+            time.sleep(0.5)
+        result = self.gens.collect(timeout=120)[0]
+        cpu = Accounts.delta(cpu0, accounts.snapshot())
+        return overhead_report.memory_summary(samples, result, self.cfg.memory_warmup,
+                                              time.perf_counter() - start, cpu["server"])
+
+    def profile(self, system: System, pyspy: Path, rate: int = 200) -> dict[str, Any]:
+        seconds = self.cfg.profile_seconds
+        t0 = time.perf_counter() + self.cfg.warmup + 0.1
+        spec = PhaseSpec(urls=system.urls[:1], path=PATH, bodies=_bodies(MODEL, 16, False),
+                         secrets=system.secrets, concurrency=16, measure_from=t0,
+                         measure_until=t0 + seconds + 1.5)
+        raw = LOGS / "overhead-profile.txt"
+        self.gens.start(spec)
+        _sleep_until(t0)
+        recorder = overhead_profile.start_recording(pyspy, system.pids[0], seconds, raw, rate)
+        try:
+            _, err = recorder.communicate(timeout=seconds + 120)
+        finally:
+            if recorder.poll() is None:
+                recorder.kill()
+                recorder.wait()
+        result = self.gens.collect(timeout=120)[0]
+        if recorder.returncode != 0 or not raw.exists():
+            return {"error": err.decode(errors="replace")[-500:]}
+        summary = overhead_profile.summarize(raw, seconds, rate)
+        summary.update({"system": system.name, "pid": system.pids[0], "seconds": seconds,
+                        "concurrency": 16, "rps_while_sampled": result.completed / (seconds + 1.5),
+                        "raw": str(raw)})
+        return summary
+
+
+def _bodies(model: str, max_tokens: int, stream: bool) -> tuple[bytes, ...]:
+    return tuple(chat_body(model, n, max_tokens, stream) for n in range(64))
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+@contextlib.contextmanager
+def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
+    members = {name: "bench" for name in BENCH_KEYS} | {CAPPED_KEY: "capped"}
+    with contextlib.ExitStack() as stack:
+        p: Portal = stack.enter_context(portal(
+            members=members, tiers=TIERS, model=MODEL, gateways=2,
+            # Admission's slots: far more than concurrency 64, so only the key caps matter.
+            engines=[EngineSpec(max_num_seqs=1024, extra_args=("--instant",))],
+        ))
+        timed = stack.enter_context(start_enginesim(model=TIMED_MODEL, max_num_seqs=64,
+                                                    extra_args=["--speed", "1"]))
+        from fairness.models import Replica
+
+        Replica.objects.create(name="timed-0", base_url=timed.url, model=TIMED_MODEL,
+                               max_num_seqs=64)  # bumps the config epoch: gateways reload
+        redis_host, redis_port = p.redis_url.split("//", 1)[1].split("/", 1)[0].split(":")
+        secrets = {m.username: m.secret for m in p.members.values()}
+        bench_secrets = tuple(secrets[k] for k in BENCH_KEYS)
+        keys = {secrets[k]: HIGH_CAP for k in BENCH_KEYS} | {secrets[CAPPED_KEY]: LOW_CAP}
+        print("starting LiteLLM's proxy ...", flush=True)
+        ll = stack.enter_context(overhead_litellm.LiteLLMProxy(
+            litellm, pick_free_port(), keys=keys, sim_api_base=p.engines[0].base_url,
+            timed_api_base=timed.base_url, redis_host=redis_host, redis_port=int(redis_port),
+            redis_db=LITELLM_REDIS_DB,
+        ))
+        gens = stack.enter_context(LoadGenerators(cfg.load_processes))
+        engine = p.engines[0]
+        g0, g1 = p.gateways
+        systems = [
+            System("direct", "direct", (engine.url,), (), (engine.pid,), 1),
+            System("gateway×1", "ours", (str(g0.url),), bench_secrets, (g0.process.pid,), 1),
+            System("gateway×2", "ours", (str(g0.url), str(g1.url)), bench_secrets,
+                   (g0.process.pid, g1.process.pid), 2),
+            System("litellm×1", "litellm", (ll.url,), bench_secrets, (ll.pid,), 1),
+        ]
+        yield Bench(cfg, gens, systems, engine, timed, find_process("redis-server", f":{redis_port}"),
+                    secrets[CAPPED_KEY], bench_secrets)
+
+
+def _commit() -> str:
+    """The gateway code measured: HEAD, marked when the work tree differs from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False)
+        return done.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + (" (modified)" if dirty else "")
+
+
+def run(cfg: Config, litellm: Path, pyspy: Path | None) -> dict[str, Any]:
+    results: dict[str, Any] = {"config": cfg.__dict__, "commit": _commit()}
+    print(f"measuring the gateway at {results['commit']}", flush=True)
+    with setup(cfg, litellm) as bench:
+        results["systems"] = {s.name: {"kind": s.kind, "workers": s.workers, "urls": s.urls}
+                              for s in bench.systems}
+        results["litellm_version"] = overhead_litellm.LITELLM_VERSION
+        bench.warm()
+        direct = bench.system("direct")
+        print("calibration: straight to the engine at concurrency 64 ...", flush=True)
+        results["calibration"] = overhead_report.calibration(
+            bench.closed_loop(direct, 64, _bodies(MODEL, 16, False), False, cfg.window),
+            cfg.load_processes)
+        print(f"  {results['calibration']['rps']:.0f} req/s; load generator "
+              f"{results['calibration']['loadgen_cores']:.2f} cores", flush=True)
+        print("non-streaming ...", flush=True)
+        plain = bench.sweep(_bodies(MODEL, 16, False), False, cfg.concurrency, "plain")
+        results["non_streaming"] = overhead_report.pool_levels(plain, bench.systems)
+        print(f"streaming {cfg.stream_tokens} chunks ...", flush=True)
+        streamed = bench.sweep(_bodies(MODEL, cfg.stream_tokens, True), True,
+                               cfg.stream_concurrency, "stream")
+        results["streaming"] = overhead_report.pool_levels(streamed, bench.systems)
+        print(f"paced streams ({cfg.paced_tokens} tokens at ~10 ms) ...", flush=True)
+        paced_systems = bench.paced_systems()
+        paced = bench.sweep(_bodies(TIMED_MODEL, cfg.paced_tokens, True), True,
+                            (cfg.paced_concurrency,), "paced", paced_systems)
+        results["paced_streaming"] = overhead_report.pool_levels(paced, paced_systems)
+        print(f"per-key cap {LOW_CAP}, {cfg.cap_clients} clients, under load ...", flush=True)
+        results["caps"] = {name: bench.caps(bench.system(name))
+                           for name in ("gateway×1", "litellm×1")}
+        if pyspy is not None:
+            print(f"profiling gateway×1 for {cfg.profile_seconds:.0f} s ...", flush=True)
+            results["profile"] = bench.profile(bench.system("gateway×1"), pyspy)
+        print(f"memory: {cfg.memory_requests:,} requests through one gateway worker ...",
+              flush=True)
+        results["memory"] = bench.memory(bench.system("gateway×1"))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short windows, one round")
+    parser.add_argument("--load-processes", type=int, default=1,
+                        help="load-generator processes (default 1: it is not the bottleneck; "
+                             "see the calibration line)")
+    parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
+    parser.add_argument("--name", default="overhead", help="results file name")
+    args = parser.parse_args(argv)
+    cleanup_on_sigterm()
+    cfg = Config.make(args.quick, args.load_processes)
+    litellm = overhead_litellm.ensure_venv()
+    pyspy = None if args.no_profile else overhead_profile.ensure_pyspy()
+    started = time.monotonic()
+    results = run(cfg, litellm, pyspy)
+    results["targets"] = overhead_report.targets(results)
+    results["elapsed_s"] = time.monotonic() - started
+    print()
+    print(overhead_report.tables(results))
+    print()
+    print(report.targets_table(results["targets"]))
+    json_path = report.write_json(args.name, results)
+    from bench.overhead_plot import plot
+
+    png_path = plot(results, args.name)
+    print(f"\nwrote {json_path} and {png_path} ({results['elapsed_s']:.0f} s)")
+    return 0 if all(t["ok"] for t in results["targets"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
