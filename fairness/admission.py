@@ -4,7 +4,9 @@ Every in-flight request holds one lease that counts against three limits at once
 its tier's pool cap (if any) and its capacity group's engine slots. A request that cannot run yet
 waits as a ticket ordered by ``enqueued_at - head_start_seconds`` (linear ageing). Equal scores go
 by arrival, so at the exact crossover the request that has waited the whole head start goes first.
-A ticket whose key or pool is at its cap is skipped, not waited on. All decisions are Lua scripts
+A ticket whose key or pool is at its cap is skipped, not waited on; and time spent behind its own
+key's cap does not age it: when that cap opens, the key's waiting tickets count from then (else a
+key that queues many requests would outrank everyone each time one of its own finished). All decisions are Lua scripts
 (``lua/``, one Redis round trip each), so any number of gateway processes share one consistent
 state; the key layout is documented in ``lua/lib.lua``.
 

@@ -20,6 +20,7 @@
 --   seq                          arrival counter; a ticket's member is "%016d:h" so equal scores
 --                                sort by arrival
 --   q:k|p|g                      a stream: one key's tickets for one group, member -> score
+--   fl                           hash "k|p|g" -> floor: the stream's head scores at least this
 --   l2:p|g                       heads of the streams of pool p whose key is under its cap
 --   l3:g                         the best l2 head of every pool under its cap: the eligible set
 --   b:g                          heads of all streams whose head ticket may borrow
@@ -55,10 +56,17 @@ local function pool_open(pool)
   return (not cap) or num(redis.call('HGET', NS .. 'pin', pool)) < num(cap)
 end
 
--- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`.
-local function set_entry(zkey, slot, member, score, group)
+-- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`. `rescored`: the
+-- same member may now carry a different score.
+local function set_entry(zkey, slot, member, score, group, rescored)
   local old = redis.call('HGET', IDX, slot)
-  if old == member then return end
+  if old == member then
+    if member and rescored then
+      redis.call('ZADD', zkey, score, member)
+      DIRTY[group] = true
+    end
+    return
+  end
   if old then redis.call('ZREM', zkey, old) end
   if member then
     redis.call('ZADD', zkey, score, member)
@@ -74,22 +82,27 @@ local function head(zkey)
   return r[1] or false, r[2]
 end
 
-local function refresh_pool_group(pool, group)
+local function refresh_pool_group(pool, group, rescored)
   local member, score = false, nil
   if pool_open(pool) then member, score = head(NS .. 'l2:' .. pool .. '|' .. group) end
-  set_entry(NS .. 'l3:' .. group, 'P|' .. pool .. '|' .. group, member, score, group)
+  set_entry(NS .. 'l3:' .. group, 'P|' .. pool .. '|' .. group, member, score, group, rescored)
 end
 
-local function refresh_stream(key, pool, group)
+local function refresh_stream(key, pool, group, rescored)
   local s = key .. '|' .. pool .. '|' .. group
   local member, score = head(NS .. 'q:' .. s)
-  set_entry(NS .. 'l2:' .. pool .. '|' .. group, 'K|' .. s, key_open(key) and member, score, group)
+  if member then
+    local floor = redis.call('HGET', NS .. 'fl', s)
+    if floor and tonumber(floor) > tonumber(score) then score = floor end
+  end
+  set_entry(NS .. 'l2:' .. pool .. '|' .. group, 'K|' .. s, key_open(key) and member, score, group,
+    rescored)
   local borrower = false
   if member and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'borrow') == '1' then
     borrower = member
   end
-  set_entry(NS .. 'b:' .. group, 'B|' .. s, borrower, score, group)
-  refresh_pool_group(pool, group)
+  set_entry(NS .. 'b:' .. group, 'B|' .. s, borrower, score, group, rescored)
+  refresh_pool_group(pool, group, rescored)
 end
 
 -- A key's in-flight count or cap changed: each of its streams may enter or leave l2.
@@ -97,6 +110,23 @@ local function refresh_key(key)
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local pool, group = string.match(pg, '^(.*)|([^|]*)$')
     refresh_stream(key, pool, group)
+  end
+end
+
+-- A key at its cap gave a lease back. Its waiting tickets start ageing only now: time spent
+-- queued behind one's own cap is not time denied by others, so it buys no rank over them (else
+-- a key that queues many requests would jump everyone as soon as its cap opens). One floor per
+-- stream: its tickets queue in arrival order, so only the head's score is ever read.
+local function key_cap_opened(key)
+  for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
+    local s = key .. '|' .. pg
+    local member = head(NS .. 'q:' .. s)
+    if member then
+      local head_start = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'hs'))
+      redis.call('HSET', NS .. 'fl', s, string.format('%.6f', NOW - head_start))
+      local pool, group = string.match(pg, '^(.*)|([^|]*)$')
+      refresh_stream(key, pool, group, true)
+    end
   end
 end
 
@@ -111,7 +141,7 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
-    'enq', enq, 'borrow', borrow, 'chan', chan, 'deadline', deadline)
+    'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline)
   redis.call('ZADD', NS .. 'q:' .. key .. '|' .. pg, enq - head_start, member)
   redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, handle)
   redis.call('ZADD', NS .. 'pe:' .. pool, enq, handle)
@@ -135,7 +165,10 @@ local function dequeue(handle)
   redis.call('ZREM', NS .. 'pe:' .. pool, handle)
   hincr('kq', key, -1); hincr('pq', pool, -1); hincr('gq', group, -1)
   if hincr('pgq', pg, -1) <= 0 then redis.call('SREM', NS .. 'pg:' .. pool, group) end
-  if redis.call('ZCARD', q) == 0 then redis.call('SREM', NS .. 'ks:' .. key, pg) end
+  if redis.call('ZCARD', q) == 0 then
+    redis.call('SREM', NS .. 'ks:' .. key, pg)
+    redis.call('HDEL', NS .. 'fl', key .. '|' .. pg)
+  end
   refresh_stream(key, pool, group)
   return t
 end
@@ -155,9 +188,11 @@ local function free(handle)
   redis.call('ZREM', NS .. 'lx', handle)
   if not l[1] then return false end
   redis.call('DEL', NS .. 'l:' .. handle)
+  local was_capped = not key_open(l[1])
   hincr('kin', l[1], -1); hincr('pin', l[2], -1); hincr('gin', l[3], -1)
   if l[4] == '1' then hincr('pbin', l[2], -1) end
   DIRTY[l[3]] = true
+  if was_capped then key_cap_opened(l[1]) end
   refresh_key(l[1]); refresh_pool(l[2])
   return true
 end

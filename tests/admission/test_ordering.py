@@ -143,3 +143,38 @@ async def test_key_at_cap_by_one_group_gets_its_other_group_ticket_when_it_relea
     other = await enqueue(admission, like(solo, group="big-llm"))
     await admission.release(first)
     assert (await granted(other)).demand.group == "big-llm"
+
+
+async def test_time_behind_its_own_cap_does_not_age_a_ticket(
+    admission: Admission, clock: FakeClock
+) -> None:
+    # alice's second request waits behind her own cap from t0; bob's is eligible from t0 + 100
+    # and waits only for the card. When alice's cap opens at t0 + 200 her ticket counts from
+    # then, so bob, who has waited longer for others, goes first.
+    await admission.set_capacity(GROUP, 2)
+    solo = like(alice, per_key_cap=1)
+    first = await admitted(admission, solo)
+    blocker = await admitted(admission, zed)
+    second = await enqueue(admission, solo)
+    clock.advance(100)
+    bobs = await enqueue(admission, bob)
+    clock.advance(100)
+    await admission.release(first)
+    await granted(bobs)
+    assert not second.done()
+    await admission.release(blocker)
+    assert (await granted(second)).queued_seconds == 200.0
+
+
+async def test_a_ticket_behind_its_own_keys_earlier_request_keeps_its_age(
+    admission: Admission, clock: FakeClock
+) -> None:
+    # alice's cap (2) never holds her tickets back, only the one slot does: both keep their
+    # age, so bob, who came later, goes after both.
+    await admission.set_capacity(GROUP, 1)
+    blocker = await admitted(admission, zed)
+    tasks = {"alice-1": await enqueue(admission, alice), "alice-2": await enqueue(admission, alice)}
+    clock.advance(10)
+    tasks["bob"] = await enqueue(admission, bob)
+    await admission.release(blocker)
+    assert await grant_order(admission, tasks) == ["alice-1", "alice-2", "bob"]
