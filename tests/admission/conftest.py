@@ -135,6 +135,7 @@ async def make_admission(
         options.setdefault("clock", clock)
         options.setdefault("lease_ttl", 86_400.0)
         options.setdefault("recheck_seconds", 0.05)
+        options.setdefault("reserve_slots", 2)  # the borrowing tests' arithmetic
         admission = Admission(client, **options)
         made.append((admission, client))
         return admission
