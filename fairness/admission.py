@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
 
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
+from redis.asyncio.client import Pipeline, PubSub
+from redis.exceptions import NoScriptError, RedisError
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Admission:
         *,
         prefix: str = "gp",
         lease_ttl: float = 30.0,
-        reserve_slots: int = 2,
+        reserve_slots: int = 3,
         clock: Callable[[], float] = time.time,
         recheck_seconds: float = 1.0,
     ) -> None:
@@ -253,12 +253,16 @@ class Admission:
         lost, _ = await self._call("tick", 1, grant.lease_id)
         return not lost
 
-    async def release(self, grant: Grant) -> None:
+    async def release(self, grant: Grant, also: Callable[[Pipeline], None] | None = None) -> None:
         """Give the lease back (idempotent); survives the caller being cancelled meanwhile. If
-        Redis cannot be reached this raises, but the lease is no longer renewed either."""
+        Redis cannot be reached this raises, but the lease is no longer renewed either.
+        ``also`` adds the caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
         self._kick.set()  # the keeper stops when nothing is left to keep
-        await self._shielded(self._call("release", grant.lease_id))
+        if also is None:
+            await self._shielded(self._call("release", grant.lease_id))
+        else:
+            await self._shielded(self._release_with(grant.lease_id, also))
 
     @contextlib.asynccontextmanager
     async def held(self, demand: Demand) -> AsyncIterator[Grant]:
@@ -440,10 +444,22 @@ class Admission:
     # -- plumbing -------------------------------------------------------------------------------
 
     async def _call(self, name: str, *args: str | int | float) -> Any:
-        return await self._scripts[name](
-            keys=[self._ns],
-            args=[self._clock(), self._ttl, self._ticket_ttl, self._reserve, *args],
-        )
+        return await self._scripts[name](keys=[self._ns], args=self._args(*args))
+
+    async def _release_with(self, handle: str, also: Callable[[Pipeline], None]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        # EVALSHA by hand: a registered script in a pipeline costs an extra SCRIPT EXISTS trip.
+        pipe.evalsha(self._scripts["release"].sha, 1, self._ns, *self._args(handle))
+        also(pipe)
+        results = await pipe.execute(raise_on_error=False)
+        if isinstance(results[0], NoScriptError):  # Redis restarted or flushed its scripts
+            await self._call("release", handle)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, NoScriptError):
+                raise result
+
+    def _args(self, *args: str | int | float) -> list[str | int | float]:
+        return [self._clock(), self._ttl, self._ticket_ttl, self._reserve, *args]
 
     async def _shielded(self, call: Coroutine[Any, Any, Any]) -> Any:
         """Run ``call`` to completion even if our caller is cancelled meanwhile (cleanup must

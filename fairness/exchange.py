@@ -11,6 +11,7 @@ import logging
 import time
 
 import redis.exceptions
+from redis.asyncio.client import Pipeline
 
 from fairness import metrics, usage
 from fairness.admission import Demand, Grant, QueueFull, QueueTimeout
@@ -101,18 +102,20 @@ class Exchange:
         task.add_done_callback(_settling.discard)
 
     async def _settle(self) -> None:
+        """The lease back and the usage recorded, in one round trip."""
         try:
             if self.grant is not None:
-                await gateway.admission().release(self.grant)
+                await gateway.admission().release(self.grant, also=self._account)
+            else:
+                pipe = redis_async().pipeline(transaction=False)
+                self._account(pipe)
+                await pipe.execute()
         except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
-            log.warning("could not release the lease of %s", self.event["request_id"], exc_info=True)
-        try:
-            await usage.record(
-                redis_async(), self.event,
-                lambda pipe: metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal),
-            )
-        except (redis.exceptions.RedisError, OSError):
-            log.warning("could not record the usage of %s", self.event["request_id"], exc_info=True)
+            log.warning("could not settle %s", self.event["request_id"], exc_info=True)
+
+    def _account(self, pipe: Pipeline) -> None:
+        usage.queue(pipe, self.event)
+        metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal)
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event

@@ -38,7 +38,7 @@ async def poll_and_publish(refit_every: float = 15.0) -> int:
     finally:
         # Each task run has its own event loop: close what was opened on it.
         await redis_async().aclose()
-        await upstream.client().aclose()
+        await upstream.aclose()
 
 
 @shared_task(name="fairness.poll_engines", expires=10)

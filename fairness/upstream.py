@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import weakref
 
 import httpx
@@ -11,28 +12,50 @@ from django.conf import settings
 from fairness.errors import ApiError
 from fairness.replicas import ReplicaInfo
 
-_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]" = (
-    weakref.WeakKeyDictionary()
-)
+# httpcore scans every pooled connection of a client on each request and each response close
+# (an idle one costs a readiness syscall, and its idle count is recomputed per connection), so a
+# single pool of N connections costs O(N) to O(N²) per request at high concurrency. Requests are
+# spread over a few small pools instead.
+LANES = 8
+_lanes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lanes]" = weakref.WeakKeyDictionary()
+
+
+class _Lanes:
+    def __init__(self) -> None:
+        timeout = httpx.Timeout(
+            connect=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
+            read=settings.GP_UPSTREAM_READ_TIMEOUT,
+            write=30.0,
+            pool=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
+        )
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # The engine speaks plain HTTP/1.1 on a trusted network; no env proxies.
+        self.clients = [httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) for _ in range(LANES)]
+        self._turn = itertools.cycle(self.clients)
+
+    def next(self) -> httpx.AsyncClient:
+        return next(self._turn)
+
+
+def _of_loop() -> _Lanes:
+    loop = asyncio.get_running_loop()
+    lanes = _lanes.get(loop)
+    if lanes is None:
+        lanes = _lanes[loop] = _Lanes()
+    return lanes
 
 
 def client() -> httpx.AsyncClient:
-    loop = asyncio.get_running_loop()
-    existing = _clients.get(loop)
-    if existing is None:
-        existing = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
-                read=settings.GP_UPSTREAM_READ_TIMEOUT,
-                write=30.0,
-                pool=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
-            ),
-            limits=httpx.Limits(max_connections=2048, max_keepalive_connections=512),
-            # The engine speaks plain HTTP/1.1 on a trusted network; no env proxies.
-            trust_env=False,
-        )
-        _clients[loop] = existing
-    return existing
+    """A pooled client of the running loop (a client must not cross loops)."""
+    return _of_loop().next()
+
+
+async def aclose() -> None:
+    """Close the running loop's clients (their connections belong to this loop)."""
+    lanes = _lanes.pop(asyncio.get_running_loop(), None)
+    if lanes is not None:
+        for each in lanes.clients:
+            await each.aclose()
 
 
 def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
@@ -49,9 +72,10 @@ async def open_stream(
     headers = {"content-type": "application/json", "x-request-id": request_id}
     if replica.api_key:
         headers["authorization"] = f"Bearer {replica.api_key}"
-    request = client().build_request("POST", replica.base_url + path, content=body, headers=headers)
+    lane = client()
+    request = lane.build_request("POST", replica.base_url + path, content=body, headers=headers)
     try:
-        return await client().send(request, stream=True)
+        return await lane.send(request, stream=True)
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
         # A pooled keep-alive connection to an engine that has since restarted fails like this
         # before any answer; the engine aborts whatever it got, so one fresh try is safe.
@@ -59,7 +83,7 @@ async def open_stream(
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
     try:
-        return await client().send(request, stream=True)
+        return await lane.send(request, stream=True)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
 

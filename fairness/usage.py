@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
 from typing import NotRequired, TypedDict
 
 import redis
-import redis.asyncio
 from django.db import transaction
 from redis.asyncio.client import Pipeline
 
@@ -40,16 +38,10 @@ class UsageEvent(TypedDict):
     at: float
 
 
-async def record(
-    client: redis.asyncio.Redis, event: UsageEvent, also: Callable[[Pipeline], None] | None = None
-) -> None:
-    """Queue the event; `also` adds commands to the same round trip (the gateway's counters),
-    so accounting costs the request path one round trip however much it counts."""
-    pipe = client.pipeline(transaction=False)
+def queue(pipe: Pipeline, event: UsageEvent) -> None:
+    """Add the event to ``pipe``: the gateway sends it in the round trip that gives its lease
+    back, so accounting costs the request path no round trip of its own."""
     pipe.rpush(USAGE_LIST, json.dumps(event))
-    if also is not None:
-        also(pipe)
-    await pipe.execute()
 
 
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aredis
 
 from fairness.admission import Admission, Grant
 
@@ -130,3 +132,38 @@ async def test_renew_reports_a_lease_that_is_gone(admission: Admission) -> None:
     assert await admission.renew(grant) is True
     await admission.release(grant)
     assert await admission.renew(grant) is False
+
+
+async def test_release_sends_the_callers_commands_in_the_same_round_trip(
+    admission: Admission, redis_url: str, prefix: str
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    holder = await admitted(admission, alice)
+    waiting = await enqueue(admission, zed)
+    note = f"{prefix}:note"
+    await admission.release(holder, also=lambda pipe: pipe.rpush(note, "settled"))
+    await admission.release(await granted(waiting))  # the release still granted the next one
+    await assert_idle(admission)
+    async with _client(redis_url) as client:
+        assert await client.lrange(note, 0, -1) == [b"settled"]
+
+
+async def test_release_with_commands_survives_redis_forgetting_its_scripts(
+    admission: Admission, redis_url: str, prefix: str
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    holder = await admitted(admission, alice)
+    async with _client(redis_url) as client:
+        await client.script_flush()  # as after a Redis restart
+        await admission.release(holder, also=lambda pipe: pipe.rpush(f"{prefix}:note", "settled"))
+        assert await client.llen(f"{prefix}:note") == 1
+    await assert_idle(admission)
+
+
+@contextlib.asynccontextmanager
+async def _client(url: str) -> AsyncIterator[aredis.Redis]:
+    client = aredis.Redis.from_url(url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

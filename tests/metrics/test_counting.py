@@ -1,6 +1,7 @@
 """What one finished request adds to the counters, and how the scrape turns them into series."""
 
 import asyncio
+import json
 import time
 
 import redis.asyncio
@@ -46,11 +47,14 @@ def test_an_engine_failure_counts_against_the_replica_a_client_error_does_not():
     assert "uperr|sim-a" not in metrics.increments(event(status=499), admitted=True, refusal=None)
 
 
-def test_the_record_and_its_counters_go_in_one_pipeline(redis_url, redis_client):
+def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client):
     async def go():
         client = redis.asyncio.Redis.from_url(redis_url)
         done = event()
-        await usage.record(client, done, lambda pipe: metrics.count(pipe, done, admitted=True, refusal=None))
+        pipe = client.pipeline(transaction=False)
+        usage.queue(pipe, done)
+        metrics.count(pipe, done, admitted=True, refusal=None)
+        await pipe.execute()
         await client.aclose()
 
     asyncio.run(go())
@@ -63,7 +67,7 @@ def test_the_record_and_its_counters_go_in_one_pipeline(redis_url, redis_client)
 def test_the_flush_still_writes_events_that_carry_the_tier(cast, redis_url, redis_client):
     async def go():
         client = redis.asyncio.Redis.from_url(redis_url)
-        await usage.record(client, event(key_id=cast["alice"].key_id))
+        await client.rpush(usage.USAGE_LIST, json.dumps(event(key_id=cast["alice"].key_id)))
         await client.aclose()
 
     asyncio.run(go())

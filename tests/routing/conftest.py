@@ -83,4 +83,4 @@ async def health_server() -> AsyncIterator[HealthServer]:
     await server.start()
     yield server
     await server.stop()
-    await upstream.client().aclose()  # the seam's pooled client belongs to this test's loop
+    await upstream.aclose()  # the seam's pooled client belongs to this test's loop

@@ -23,7 +23,7 @@ def run(coro_fn, *args):
             return await coro_fn(*args)
         finally:
             await redis_async().aclose()
-            await upstream.client().aclose()
+            await upstream.aclose()
 
     return asyncio.run(wrapped())
 

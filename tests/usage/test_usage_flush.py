@@ -22,8 +22,10 @@ def event(key_id: int, **overrides) -> usage.UsageEvent:
 def push(redis_url: str, *events: usage.UsageEvent) -> None:
     async def go():
         client = redis.asyncio.Redis.from_url(redis_url)
+        pipe = client.pipeline(transaction=False)
         for item in events:
-            await usage.record(client, item)
+            usage.queue(pipe, item)
+        await pipe.execute()
         await client.aclose()
 
     asyncio.run(go())
