@@ -220,7 +220,7 @@ class Admission:
                         min(_MAX_RETRY_AFTER, int(reply[1])),
                     )
                 self._queued.add(handle)
-                self._wake_keeper()
+                self._wake_keeper(sooner=len(self._queued) == 1)
                 waited = await self._wait_turn(handle, future, deadline)
                 if waited is None:
                     in_redis = False
@@ -258,7 +258,7 @@ class Admission:
         Redis cannot be reached this raises, but the lease is no longer renewed either.
         ``also`` adds the caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
-        self._kick.set()  # the keeper stops when nothing is left to keep
+        self._stop_keeper_if_idle()
         if also is None:
             await self._shielded(self._call("release", grant.lease_id))
         else:
@@ -346,7 +346,7 @@ class Admission:
     def _forget(self, handle: str) -> None:
         self._waiters.pop(handle, None)
         self._queued.discard(handle)
-        self._kick.set()
+        self._stop_keeper_if_idle()
 
     # -- pub/sub --------------------------------------------------------------------------------
 
@@ -392,11 +392,19 @@ class Admission:
 
     # -- keeper ---------------------------------------------------------------------------------
 
-    def _wake_keeper(self) -> None:
+    # The keeper is woken only when its interval must change: for the first waiting ticket (the
+    # short recheck) and when nothing is left to keep (it stops). Waking it on every request
+    # cost a task switch and a timer each time.
+
+    def _wake_keeper(self, sooner: bool = False) -> None:
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.get_running_loop().create_task(self._keep())
-        else:
-            self._kick.set()  # a new ticket needs the shorter interval
+        elif sooner:
+            self._kick.set()
+
+    def _stop_keeper_if_idle(self) -> None:
+        if not self._held and not self._queued:
+            self._kick.set()
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
