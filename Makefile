@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 export ENGINE_VENV ENGINE_MODEL
 
-.PHONY: demo test test-fast test-engine engine venv bench check
+.PHONY: demo test test-fast test-engine engine venv
 
 venv: $(VENV)/.installed
 
