@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
+from pydantic import field_validator
 from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 
@@ -59,6 +60,19 @@ def invalid(exc: ValidationError) -> HttpError:
     return HttpError(422, "; ".join(f"{field}: {' '.join(m)}" for field, m in messages.items()))
 
 
+class Input(Schema):
+    """A request body. No NUL character in any text: PostgreSQL cannot store one, so it would
+    surface as a server error instead of this 422."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and "\x00" in text for text in texts):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
 # -- keys ---------------------------------------------------------------------------------------
 
 class KeyOut(Schema):
@@ -80,14 +94,14 @@ class IssuedKey(Schema):
     secret: str = Field(description="Shown once: store it now, it cannot be shown again.")
 
 
-class KeyIn(Schema):
+class KeyIn(Input):
     owner: str = Field(min_length=1, max_length=150)
     tier: str
     label: str = Field("", max_length=100)
     expires_days: int | None = Field(None, ge=1, le=3650)
 
 
-class RotateIn(Schema):
+class RotateIn(Input):
     grace_seconds: int = Field(0, ge=0, le=30 * 86400)
 
 
@@ -151,14 +165,14 @@ class UserOut(Schema):
     keys: int
 
 
-class UserIn(Schema):
+class UserIn(Input):
     username: str = Field(min_length=1, max_length=150, pattern=r"^[\w.@+-]+$")
     email: str = Field("", max_length=254)
     is_staff: bool = False
     password: str | None = Field(None, min_length=8, max_length=128)
 
 
-class UserTierIn(Schema):
+class UserTierIn(Input):
     tier: str
 
 
@@ -192,7 +206,7 @@ def set_user_tier(request, username: str, data: UserTierIn):
 
 # -- tiers --------------------------------------------------------------------------------------
 
-class TierSchema(Schema):
+class TierSchema(Input):
     name: str = Field(min_length=1, max_length=40, pattern=r"^[-a-zA-Z0-9_]+$")
     description: str = Field("", max_length=200)
     per_key_concurrency: int = Field(2, ge=1, le=10_000)
@@ -204,7 +218,7 @@ class TierSchema(Schema):
     borrow_idle_slots: bool = False
 
 
-class TierPatch(Schema):
+class TierPatch(Input):
     description: str | None = Field(None, max_length=200)
     per_key_concurrency: int | None = Field(None, ge=1, le=10_000)
     pool_concurrency: int | None = Field(None, ge=1, le=100_000)
@@ -254,7 +268,7 @@ def update_tier(request, name: str, data: TierPatch):
 
 # -- replicas -----------------------------------------------------------------------------------
 
-class ReplicaIn(Schema):
+class ReplicaIn(Input):
     name: str = Field(min_length=1, max_length=60, pattern=r"^[-a-zA-Z0-9_]+$")
     base_url: str = Field(max_length=200)
     model: str = Field(min_length=1, max_length=200)
