@@ -62,7 +62,8 @@ def invalid(exc: ValidationError) -> HttpError:
 
 class Input(Schema):
     """A request body. No NUL character in any text: PostgreSQL cannot store one, so it would
-    surface as a server error instead of this 422."""
+    surface as a server error instead of this 422. (Lone surrogates, which JSON lets through and
+    no database can encode, are already refused by the schema's string parsing.)"""
 
     @field_validator("*", mode="after")
     @classmethod

@@ -32,6 +32,14 @@ def test_a_nul_in_a_body_is_a_422_naming_the_field(staff_client, cast, method, p
             list(Tier.objects.values_list("name", "description"))) == before
 
 
+@pytest.mark.parametrize("path", ["/api/admin/keys", "/api/admin/tiers"])
+def test_a_lone_surrogate_in_a_body_is_a_422(staff_client, cast, path):
+    raw = '{"owner": "carol", "tier": "batch", "name": "x", "label": "\\ud800", "description": "\\ud800"}'
+    response = staff_client.post(path, data=raw, content_type="application/json")
+    assert response.status_code == 422, response.content
+    assert "unicode" in response.content.decode()
+
+
 @pytest.mark.parametrize(
     ("method", "url", "json_answer"),
     [
