@@ -15,48 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import threading
 import time
 from typing import Any
 
-import httpx
-
 from bench.harness import EngineSpec, portal
 from bench.report import figure, save_figure, table, target, targets_table, write_json
+from enginesim.load import ClosedLoopUsers
 
 USERS = (1, 2, 4, 8)
 PROFILES = {"seed": (), "steep": ("--step-per-seq-ms", "2")}
-
-
-class Users:
-    """N clients each keeping one long request in flight, on a thread of their own."""
-
-    def __init__(self, url: str, model: str, n: int) -> None:
-        self.loop = asyncio.new_event_loop()
-        body = {"model": model, "prompt": "capacity", "max_tokens": 2000, "ignore_eos": True}
-
-        async def user(client: httpx.AsyncClient) -> None:
-            while True:
-                await client.post(url + "/v1/completions", json=body)
-
-        async def start() -> None:
-            self.client = httpx.AsyncClient(timeout=600)
-            self.tasks = [asyncio.create_task(user(self.client)) for _ in range(n)]
-
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            await self.client.aclose()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def poll() -> None:
@@ -88,7 +55,7 @@ def run_profile(name: str, extra: tuple[str, ...], speed: float, polls: int) -> 
         engine = p.engines[0]
         measured: dict[int, float] = {}
         for n in USERS:
-            users = Users(engine.url, p.model, n)
+            users = ClosedLoopUsers(engine.url, p.model, n)
             try:
                 until(lambda: engine.stats()["running"] == n, 30, f"{n} running")
                 poll()  # this phase's first rate would span the change of load

@@ -6,7 +6,7 @@
 
 The helper polls ``/health`` until the server answers (any status: ``--fail-health`` answers 503)
 with a deadline, never a fixed sleep, and fails with the server's log if it dies or times out.
-Only the standard library is used, so the package stays free of client dependencies.
+Only the standard library is used here; the one client-side module, load.py, uses httpx.
 """
 
 from __future__ import annotations

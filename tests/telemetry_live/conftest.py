@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from enginesim.load import ClosedLoopUsers
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness import polling, upstream
 from fairness.connections import redis_async
@@ -32,36 +31,9 @@ def poll() -> polling.Poll:
     return run(polling.poll_once)
 
 
-class Load:
+def load_on(url: str, users: int, max_tokens: int = 2000) -> ClosedLoopUsers:
     """`users` clients each keeping one long request in flight straight at an engine."""
-
-    def __init__(self, url: str, users: int, max_tokens: int = 2000) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.tasks: list[asyncio.Task] = []
-        body = {"model": MODEL, "prompt": "load", "max_tokens": max_tokens, "ignore_eos": True}
-
-        async def user(client: httpx.AsyncClient) -> None:
-            while True:
-                await client.post(url + "/v1/completions", json=body)
-
-        async def start() -> None:
-            self.client = httpx.AsyncClient(timeout=600)
-            self.tasks = [asyncio.create_task(user(self.client)) for _ in range(users)]
-
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result(5)
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            await self.client.aclose()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+    return ClosedLoopUsers(url, MODEL, users, max_tokens)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from fairness import alerts
 from fairness.models import Replica, SaturationAlert
 from tests.conftest import MODEL
 from tests.polling import wait_for
-from tests.telemetry_live.conftest import Load, poll, run
+from tests.telemetry_live.conftest import load_on, poll, run
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def observe(readings, at: float):
 @pytest.fixture
 def readings(small_engine):
     """Real readings of the engine with a queue five times its batch, and once drained."""
-    load = Load(small_engine.url, users=12)
+    load = load_on(small_engine.url, users=12)
     try:
         wait_for(lambda: small_engine.stats()["waiting"] == 10, timeout=10, what="a full queue")
         saturated = poll().readings

@@ -2,7 +2,7 @@
 
 from fairness import published
 from tests.polling import wait_for
-from tests.telemetry_live.conftest import Load, poll, running_is
+from tests.telemetry_live.conftest import load_on, poll, running_is
 
 
 def engine_rate(before: dict, after: dict) -> float:
@@ -12,7 +12,7 @@ def engine_rate(before: dict, after: dict) -> float:
 def test_the_published_per_user_figure_is_within_15_percent_of_measured(engine):
     measured = {}
     for users in (1, 4, 8):
-        load = Load(engine.url, users=users)
+        load = load_on(engine.url, users=users)
         try:
             running_is(engine, users)
             poll()  # the first rate of this phase would span the change of load

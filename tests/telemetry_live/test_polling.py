@@ -6,14 +6,14 @@ from django.utils import timezone
 
 from fairness import polling
 from fairness.models import EngineSample
-from tests.telemetry_live.conftest import Load, poll, run, running_is
+from tests.telemetry_live.conftest import load_on, poll, run, running_is
 
 
 def test_a_poll_stores_the_latest_reading_and_a_sample_with_rates(engine):
     first = poll()
     assert [r.healthy for r in first.readings] == [True]
     assert first.readings[0].rates is None  # nothing to compare with yet
-    load = Load(engine.url, users=3)
+    load = load_on(engine.url, users=3)
     try:
         running_is(engine, 3)
         poll()

@@ -4,11 +4,11 @@ import httpx
 
 from fairness.models import EngineSample
 from tests.polling import wait_for
-from tests.telemetry_live.conftest import Load
+from tests.telemetry_live.conftest import load_on
 
 
 def test_beat_polls_every_replica_and_the_api_shows_them(worker, gateway, engine):
-    load = Load(engine.url, users=4)
+    load = load_on(engine.url, users=4)
     try:
         wait_for(lambda: EngineSample.objects.filter(replica__name="sim-cap", running=4).count() >= 3,
                  timeout=30, what=f"samples from the worker\n{worker.log_tail()}")
