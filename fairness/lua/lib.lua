@@ -116,17 +116,16 @@ end
 -- A key at its cap gave a lease back. Its waiting tickets start ageing only now: time spent
 -- queued behind one's own cap is not time denied by others, so it buys no rank over them (else
 -- a key that queues many requests would jump everyone as soon as its cap opens). One floor per
--- stream: its tickets queue in arrival order, so only the head's score is ever read.
+-- stream: its tickets queue in arrival order, so only the head's score is ever read. Refreshes
+-- every stream of the key (ks: lists only streams with tickets), as refresh_key would.
 local function key_cap_opened(key)
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local s = key .. '|' .. pg
     local member = head(NS .. 'q:' .. s)
-    if member then
-      local head_start = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'hs'))
-      redis.call('HSET', NS .. 'fl', s, string.format('%.6f', NOW - head_start))
-      local pool, group = string.match(pg, '^(.*)|([^|]*)$')
-      refresh_stream(key, pool, group, true)
-    end
+    local head_start = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'hs'))
+    redis.call('HSET', NS .. 'fl', s, string.format('%.6f', NOW - head_start))
+    local pool, group = string.match(pg, '^(.*)|([^|]*)$')
+    refresh_stream(key, pool, group, true)
   end
 end
 
@@ -192,8 +191,8 @@ local function free(handle)
   hincr('kin', l[1], -1); hincr('pin', l[2], -1); hincr('gin', l[3], -1)
   if l[4] == '1' then hincr('pbin', l[2], -1) end
   DIRTY[l[3]] = true
-  if was_capped then key_cap_opened(l[1]) end
-  refresh_key(l[1]); refresh_pool(l[2])
+  if was_capped then key_cap_opened(l[1]) else refresh_key(l[1]) end
+  refresh_pool(l[2])
   return true
 end
 
