@@ -119,10 +119,14 @@ def estimate_capacity(
     points = _binned_medians(steps)
     line = _refine(steps, _fit_line(points))
     basis: Basis = "curve"
-    if 2 * line.c_error * slots > _MAX_FULL_STEP_ERROR * (line.a + line.c * slots):
+    seed = _seed_shaped(points)
+    imprecise = 2 * line.c_error * slots > _MAX_FULL_STEP_ERROR * (line.a + line.c * slots)
+    if imprecise and abs(line.c - seed.c) <= 2 * line.c_error:
         # The loads seen were too few or too close together to tell the per-sequence cost
-        # from noise, and the full card's figure would follow that noise.
-        line = _seed_shaped(points)
+        # from noise, and the full card's figure would follow that noise; the seeds' shape
+        # fits them as well. (A slope the data set clearly apart from the seeds' is kept,
+        # however loosely they pin it: the seeds' shape would then miss the loads observed.)
+        line = seed
         basis = "seed_ratio"
     return CapacityEstimate(
         model=model, a=line.a, c=line.c, slots=slots, samples=len(busy),
