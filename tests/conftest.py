@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.gateway_process import GatewayProcess, database_url
@@ -45,6 +47,18 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """The test databases, dropped at the end without a session still open on them.
+
+    Async code run outside a server (asyncio.run in a test) does its ORM work on asgiref's
+    one shared thread, whose connections outlive the test; PostgreSQL will not drop a
+    database while they are open.
+    """
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
 
 
 @pytest.fixture(scope="session")
