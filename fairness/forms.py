@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model, password_validation
 from django.db import models
 from django.utils import timezone
 
+from fairness import once
 from fairness.models import Replica, Tier
 
 User = get_user_model()
@@ -21,7 +22,19 @@ GRACE_CHOICES = [
 ]
 
 
-class IssueKeyForm(forms.Form):
+class SubmitOnceForm(forms.Form):
+    """A form whose action must not run twice: it carries a token fairness.once claims."""
+
+    once = forms.RegexField(
+        regex=once.TOKEN_PATTERN, initial=once.new_token, widget=forms.HiddenInput,
+        error_messages={
+            "required": "This form is out of date: reload the page and submit it again.",
+            "invalid": "This form is out of date: reload the page and submit it again.",
+        },
+    )
+
+
+class IssueKeyForm(SubmitOnceForm):
     owner = forms.ModelChoiceField(
         queryset=User.objects.filter(is_active=True).order_by("username"), to_field_name="username"
     )
@@ -37,7 +50,7 @@ class IssueKeyForm(forms.Form):
         return timezone.now() + dt.timedelta(days=days) if days else None
 
 
-class RotateKeyForm(forms.Form):
+class RotateKeyForm(SubmitOnceForm):
     grace_seconds = forms.TypedChoiceField(
         label="Stop the old secret", choices=GRACE_CHOICES, coerce=int, initial=0,
         help_text="A grace period lets running jobs switch to the new secret before the old one stops.",

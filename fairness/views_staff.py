@@ -27,7 +27,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST, require_safe
 
-from fairness import operations, polling
+from fairness import once, operations, polling
 from fairness.api_admin import key_out, tokens_last_day
 from fairness.forms import (
     CreateUserForm,
@@ -102,6 +102,16 @@ def _secret_page(request: HttpRequest, key: ApiKey, secret: str, rotated: ApiKey
     return response
 
 
+def _already_done(request: HttpRequest, made: str) -> HttpResponse:
+    """A form sent again (a reload of the secret page, a double click): nothing new is made."""
+    if made:
+        messages.info(request, f"That form was already sent and made key {made}…; nothing new was issued. "
+                               "Its secret was shown once: if it was not copied, rotate the key.")
+    else:
+        messages.info(request, "That form is already being handled; nothing new was issued.")
+    return redirect("staff-keys")
+
+
 # -- keys ---------------------------------------------------------------------------------------
 
 @staff_required
@@ -122,7 +132,13 @@ def issue_key(request: HttpRequest) -> HttpResponse:
     form = IssueKeyForm(request.POST or None, initial={"owner": request.GET.get("owner")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        key, secret = operations.issue(_actor(request), data["owner"], data["tier"], data["label"], form.expires_at())
+        try:
+            with once.first_submission(data["once"]) as record:
+                key, secret = operations.issue(_actor(request), data["owner"], data["tier"], data["label"],
+                                               form.expires_at())
+                record(key.prefix)
+        except once.Repeated as repeated:
+            return _already_done(request, repeated.outcome)
         return _secret_page(request, key, secret)
     return render(request, "staff/key_issue.html", {"form": form})
 
@@ -149,7 +165,12 @@ def rotate_key(request: HttpRequest, prefix: str) -> HttpResponse:
         return redirect("staff-keys")
     form = RotateKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        new, secret = operations.rotate(_actor(request), key, form.cleaned_data["grace_seconds"])
+        try:
+            with once.first_submission(form.cleaned_data["once"]) as record:
+                new, secret = operations.rotate(_actor(request), key, form.cleaned_data["grace_seconds"])
+                record(new.prefix)
+        except once.Repeated as repeated:
+            return _already_done(request, repeated.outcome)
         key.refresh_from_db()
         return _secret_page(request, new, secret, rotated=key)
     return render(request, "staff/key_rotate.html", {"key": key, "form": form})

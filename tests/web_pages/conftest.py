@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fairness.once import new_token
 from tests.conftest import STAFF_IP  # noqa: F401  (re-exported for the tests here)
 
 
@@ -13,3 +14,8 @@ def clean_cache(redis_url: str) -> None:
     from django.core.cache import cache
 
     cache.clear()
+
+
+def key_form(**fields) -> dict:
+    """A key form's fields with a fresh submit-once token, as the rendered form carries."""
+    return {**fields, "once": new_token()}

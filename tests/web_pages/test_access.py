@@ -7,6 +7,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fairness.models import ApiKey, Replica, SaturationAlert
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,7 +94,7 @@ def test_the_root_is_the_capacity_page_for_visitors_and_the_dashboard_once_signe
 
 
 @pytest.mark.parametrize(("path", "body"), [
-    ("/staff/keys/issue/", {"owner": "carol", "tier": "batch"}),
+    ("/staff/keys/issue/", key_form(owner="carol", tier="batch")),
     ("/staff/keys/{prefix}/revoke/", {}),
     ("/staff/users/new/", {"username": "newcomer"}),
     ("/staff/tiers/batch/edit/", {"per_key_concurrency": 3}),

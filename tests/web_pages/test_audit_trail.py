@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert
-from tests.web_pages.conftest import STAFF_IP
+from tests.web_pages.conftest import STAFF_IP, key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,9 +18,9 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
     tier = {"description": "", "per_key_concurrency": 3, "pool_concurrency": "", "head_start_seconds": 0,
             "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0}
     steps = [
-        ("/staff/keys/issue/", {"owner": "carol", "tier": "batch"}, "key.issue"),
+        ("/staff/keys/issue/", key_form(owner="carol", tier="batch"), "key.issue"),
         (f"/staff/keys/{bob_key.prefix}/revoke/", {}, "key.revoke"),
-        (f"/staff/keys/{alice_key.prefix}/rotate/", {"grace_seconds": 0}, "key.rotate"),
+        (f"/staff/keys/{alice_key.prefix}/rotate/", key_form(grace_seconds=0), "key.rotate"),
         ("/staff/users/new/", {"username": "dora"}, "user.create"),
         ("/staff/users/dora/password/", {"new_password1": "a fine long one", "new_password2": "a fine long one"}, "user.password"),
         ("/staff/users/carol/tier/", {"tier": "interactive"}, "user.tier"),
@@ -57,5 +57,5 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
 def test_a_refused_or_invalid_action_writes_nothing(staff_client, researcher_client, cast):
     researcher_client.post("/staff/users/new/", {"username": "mallory"})
     staff_client.post("/staff/tiers/batch/edit/", {"name": "batch", "per_key_concurrency": 0})
-    staff_client.post("/staff/keys/issue/", {"owner": "nobody", "tier": "batch"})
+    staff_client.post("/staff/keys/issue/", key_form(owner="nobody", tier="batch"))
     assert AuditEntry.objects.count() == 0

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from fairness.keys import hash_secret
 from fairness.models import ApiKey, AuditEntry
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,7 +17,7 @@ SECRET = re.compile(r'<code id="secret">(gp-[^<]+)</code>')
 
 
 def issue(client, **fields) -> tuple[str, object]:
-    response = client.post("/staff/keys/issue/", {"owner": "carol", "tier": "batch", **fields})
+    response = client.post("/staff/keys/issue/", key_form(owner="carol", tier="batch", **fields))
     assert response.status_code == 200, response.content
     return SECRET.search(response.content.decode()).group(1), response
 
@@ -43,8 +44,49 @@ def test_a_key_without_expiry_never_expires(staff_client, cast):
     assert ApiKey.objects.get(secret_hash=hash_secret(secret)).expires_at is None
 
 
+def test_sending_the_issue_form_again_issues_nothing_new(staff_client, cast):
+    # A reload of the secret page, or a double click, sends the very same form again.
+    fields = key_form(owner="carol", tier="batch", label="nightly eval")
+    first = staff_client.post("/staff/keys/issue/", fields)
+    secret = SECRET.search(first.content.decode()).group(1)
+
+    again = staff_client.post("/staff/keys/issue/", fields, follow=True)
+
+    html = again.content.decode()
+    assert again.redirect_chain == [("/staff/keys/", 302)]
+    assert f"already sent and made key {secret[:11]}…" in html and secret not in html
+    assert ApiKey.objects.filter(label="nightly eval").count() == 1
+    assert AuditEntry.objects.filter(action="key.issue").count() == 1
+    # A fresh form is a new request.
+    issue(staff_client, label="nightly eval")
+    assert ApiKey.objects.filter(label="nightly eval").count() == 2
+
+
+def test_sending_a_rotation_with_grace_again_rotates_once(staff_client, cast):
+    old = ApiKey.objects.get(pk=cast["alice"].key_id)
+    fields = key_form(grace_seconds=3600)
+    staff_client.post(f"/staff/keys/{old.prefix}/rotate/", fields)
+
+    again = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", fields, follow=True)
+
+    assert "already sent and made key" in again.content.decode()
+    assert ApiKey.objects.filter(owner=old.owner).count() == 2
+
+
+def test_each_form_carries_its_own_token_and_one_without_is_refused(staff_client, cast):
+    token = re.compile(r'name="once" value="([^"]+)"')
+    tokens = {token.search(staff_client.get("/staff/keys/issue/").content.decode()).group(1) for _ in range(2)}
+    assert len(tokens) == 2
+
+    response = staff_client.post("/staff/keys/issue/", {"owner": "carol", "tier": "batch"})
+
+    assert response.status_code == 200
+    assert "This form is out of date: reload the page" in response.content.decode()
+    assert ApiKey.objects.count() == 3  # the cast's, nothing new
+
+
 def test_bad_input_is_shown_on_the_form(staff_client, cast):
-    response = staff_client.post("/staff/keys/issue/", {"owner": "nobody", "tier": "batch", "expires_days": 0})
+    response = staff_client.post("/staff/keys/issue/", key_form(owner="nobody", tier="batch", expires_days=0))
     assert response.status_code == 200
     form = response.context["form"]
     assert set(form.errors) == {"owner", "expires_days"}
@@ -77,7 +119,7 @@ def test_revoking_asks_first_and_then_revokes(staff_client, cast):
 
 def test_rotation_shows_the_new_secret_once_and_keeps_the_old_for_the_grace(staff_client, cast):
     old = ApiKey.objects.get(pk=cast["alice"].key_id)
-    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 3600})
+    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", key_form(grace_seconds=3600))
     assert response.status_code == 200 and "no-store" in response["Cache-Control"]
     secret = SECRET.search(response.content.decode()).group(1)
     new = ApiKey.objects.get(secret_hash=hash_secret(secret))
@@ -89,10 +131,10 @@ def test_rotation_shows_the_new_secret_once_and_keeps_the_old_for_the_grace(staf
 
 def test_rotation_without_grace_revokes_the_old_key_and_a_revoked_key_cannot_rotate(staff_client, cast):
     old = ApiKey.objects.get(pk=cast["alice"].key_id)
-    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 0})
+    response = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", key_form(grace_seconds=0))
     old.refresh_from_db()
     assert old.revoked_at is not None and "is revoked" in response.content.decode()
-    again = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", {"grace_seconds": 0}, follow=True)
+    again = staff_client.post(f"/staff/keys/{old.prefix}/rotate/", key_form(grace_seconds=0), follow=True)
     assert "issue a new key instead" in again.content.decode()
     assert ApiKey.objects.filter(owner=old.owner).count() == 2
 

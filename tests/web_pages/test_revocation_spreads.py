@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import start_gateway
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +26,7 @@ def test_a_revocation_reaches_every_gateway_within_a_second(staff_client, cast, 
     gateways = [start_gateway(live_db_url, f"revoke-{n}", GP_AUTH_EPOCH_CHECK_SECONDS="0.5",
                               GP_KEY_CACHE_SECONDS="60") for n in (1, 2)]
     try:
-        page = staff_client.post("/staff/keys/issue/", {"owner": "carol", "tier": "batch"})
+        page = staff_client.post("/staff/keys/issue/", key_form(owner="carol", tier="batch"))
         secret = SECRET.search(page.content.decode()).group(1)
         for gw in gateways:  # each process now holds the key as valid in its cache
             assert status(gw.url, secret) == 200

@@ -14,6 +14,7 @@ from django.core.management import call_command
 
 from fairness.keys import hash_secret
 from tests.conftest import MODEL
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,9 +46,9 @@ def redis_values(client) -> str:
 
 def test_no_secret_is_stored_or_logged_in_clear(staff_client, cast, gateway, replica, caplog, redis_client):
     caplog.set_level(logging.DEBUG)
-    issued = from_page(staff_client.post("/staff/keys/issue/", {"owner": "carol", "tier": "batch", "label": "page"}))
+    issued = from_page(staff_client.post("/staff/keys/issue/", key_form(owner="carol", tier="batch", label="page")))
     prefix = issued[:11]
-    rotated = from_page(staff_client.post(f"/staff/keys/{prefix}/rotate/", {"grace_seconds": 3600}))
+    rotated = from_page(staff_client.post(f"/staff/keys/{prefix}/rotate/", key_form(grace_seconds=3600)))
     by_api = api(staff_client, "/api/admin/keys", {"owner": "alice", "tier": "interactive"})["secret"]
     rotated_by_api = api(staff_client, f"/api/admin/keys/{by_api[:11]}/rotate", {"grace_seconds": 0})["secret"]
     secrets = [issued, rotated, by_api, rotated_by_api]
