@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 export ENGINE_VENV ENGINE_MODEL
 
-.PHONY: demo test test-fast test-engine engine venv
+.PHONY: demo test test-fast test-engine typecheck engine venv
 
 venv: $(VENV)/.installed
 
@@ -27,10 +27,14 @@ demo: venv
 	scripts/ensure-redis.sh
 	$(PY) manage.py demo
 
-test: venv engine
+test: venv engine typecheck
 	scripts/ensure-system.sh
 	scripts/ensure-redis.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Strict types on the modules listed in pyproject.toml.
+typecheck: venv
+	$(PY) -m mypy
 
 test-fast: venv
 	scripts/ensure-redis.sh

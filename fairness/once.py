@@ -44,7 +44,8 @@ def first_submission(token: str) -> Iterator[Callable[[str], None]]:
     """
     client = redis_sync()
     if not client.set(_key(token), "", nx=True, ex=CLAIM_SECONDS):
-        raise Repeated((client.get(_key(token)) or b"").decode())
+        outcome = client.get(_key(token)) or b""
+        raise Repeated(outcome.decode() if isinstance(outcome, bytes) else outcome)
 
     def record(outcome: str) -> None:
         client.set(_key(token), outcome, ex=CLAIM_SECONDS)

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -30,7 +31,7 @@ class StreamTally:
     failed: bool = False
     finished: bool = False  # the engine's [DONE] went through
 
-    def take_usage(self, usage: dict) -> None:
+    def take_usage(self, usage: dict[str, Any]) -> None:
         self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         self.completion_tokens = int(usage.get("completion_tokens") or 0)
 

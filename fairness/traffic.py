@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -159,7 +160,7 @@ async def _shift(plan: TrafficPlan, started: float) -> None:
 
 
 async def _chat(
-    client: httpx.AsyncClient, key: str, body: dict, tally: Tally, session: str | None = None
+    client: httpx.AsyncClient, key: str, body: dict[str, Any], tally: Tally, session: str | None = None
 ) -> str | None:
     """One request; returns the reply text, or None after backing off from a refusal or failure."""
     headers = {"Authorization": f"Bearer {key}"}
