@@ -6,6 +6,9 @@ A secret appears in exactly two responses: issuing a key and rotating one.
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 from django.contrib.auth import get_user_model
@@ -19,7 +22,7 @@ from pydantic import field_validator
 from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 
-from fairness import operations
+from fairness import once, operations
 from fairness.keys import hash_secret
 from fairness.live import key_load
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier, UsageHourly
@@ -129,7 +132,36 @@ def list_keys(request):
     return [key_out(k, load, tokens) for k in ApiKey.objects.select_related("owner", "tier")]
 
 
-@router.post("/keys", response={201: IssuedKey}, summary="Issue a key (the secret is in this response only)")
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@contextmanager
+def idempotent(request: HttpRequest) -> Iterator[Callable[[str], None]]:
+    """Honour an `Idempotency-Key` header: a retry with the same key (say, after a timeout that
+    hid the first answer) makes no second key and answers 409 naming the one made."""
+    value = request.headers.get("Idempotency-Key")
+    if value is None:
+        yield lambda made: None
+        return
+    if not IDEMPOTENCY_KEY.match(value):
+        raise HttpError(400, "Idempotency-Key: 1 to 255 visible ASCII characters, no spaces.")
+    try:
+        # Per caller, so two scripts that pick the same value do not collide.
+        with once.first_submission(f"api:{request.auth.pk}:{value}") as record:
+            yield record
+    except once.Repeated as repeated:
+        if not repeated.outcome:
+            raise HttpError(409, "A request with this Idempotency-Key is still being handled.") from None
+        raise HttpError(409, f"A request with this Idempotency-Key already made key {repeated.outcome}…; "
+                             "its secret was in that response only. Rotate the key if it was lost.") from None
+
+
+RETRY_SAFELY = ("Send an `Idempotency-Key` header to retry safely: a repeat within a day makes nothing new "
+                "and answers 409 naming the key the first request made.")
+
+
+@router.post("/keys", response={201: IssuedKey}, summary="Issue a key (the secret is in this response only)",
+             description=RETRY_SAFELY)
 def issue_key(request, data: KeyIn):
     owner = User.objects.filter(username=data.owner).first()
     if owner is None:
@@ -138,7 +170,9 @@ def issue_key(request, data: KeyIn):
     if tier is None:
         raise HttpError(422, f"tier: no tier named {data.tier!r}")
     expires = timezone.now() + dt.timedelta(days=data.expires_days) if data.expires_days else None
-    key, secret = operations.issue(actor(request), owner, tier, data.label, expires)
+    with idempotent(request) as record:
+        key, secret = operations.issue(actor(request), owner, tier, data.label, expires)
+        record(key.prefix)
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
 
 
@@ -147,12 +181,15 @@ def revoke_key(request, prefix: str):
     return key_out(operations.revoke(actor(request), get_object_or_404(ApiKey, prefix=prefix)))
 
 
-@router.post("/keys/{prefix}/rotate", response=IssuedKey, summary="A new secret; the old one ends after the grace")
+@router.post("/keys/{prefix}/rotate", response=IssuedKey, summary="A new secret; the old one ends after the grace",
+             description=RETRY_SAFELY)
 def rotate_key(request, prefix: str, data: RotateIn):
     old = get_object_or_404(ApiKey, prefix=prefix)
-    if old.revoked_at is not None:
-        raise HttpError(409, "This key is revoked; issue a new one instead.")
-    new, secret = operations.rotate(actor(request), old, data.grace_seconds)
+    with idempotent(request) as record:  # first: a retried rotation without grace finds its key revoked
+        if old.revoked_at is not None:
+            raise HttpError(409, "This key is revoked; issue a new one instead.")
+        new, secret = operations.rotate(actor(request), old, data.grace_seconds)
+        record(new.prefix)
     return IssuedKey(key=key_out(new), secret=secret)
 
 

@@ -71,3 +71,44 @@ def test_unknown_things_are_404(staff_client, cast):
     assert post(staff_client, "/api/admin/keys/gp-nothing/revoke", {}).status_code == 404
     assert post(staff_client, "/api/admin/replicas/none/drain", {}).status_code == 404
     assert post(staff_client, "/api/admin/replicas/none/explode", {}).status_code in (404, 422)
+
+
+def test_a_retry_with_the_same_idempotency_key_makes_no_second_key(staff_client, cast):
+    body = {"owner": "carol", "tier": "batch", "label": "nightly"}
+    first = staff_client.post("/api/admin/keys", data=json.dumps(body), content_type="application/json",
+                              headers={"Idempotency-Key": "nightly-2026-11-29"})
+    secret = first.json()["secret"]
+
+    retry = staff_client.post("/api/admin/keys", data=json.dumps(body), content_type="application/json",
+                              headers={"Idempotency-Key": "nightly-2026-11-29"})
+
+    assert (first.status_code, retry.status_code) == (201, 409)
+    assert f"already made key {secret[:11]}…" in retry.json()["detail"] and secret not in retry.content.decode()
+    assert ApiKey.objects.filter(label="nightly").count() == 1
+    # Without the header, or with another value, each request is its own.
+    assert post(staff_client, "/api/admin/keys", body).status_code == 201
+    other = staff_client.post("/api/admin/keys", data=json.dumps(body), content_type="application/json",
+                              headers={"Idempotency-Key": "nightly-2026-11-30"})
+    assert other.status_code == 201
+    assert ApiKey.objects.filter(label="nightly").count() == 3
+
+
+def test_a_retried_rotation_without_grace_names_the_key_it_made(staff_client, cast):
+    old = ApiKey.objects.get(pk=cast["alice"].key_id)
+    path, headers = f"/api/admin/keys/{old.prefix}/rotate", {"Idempotency-Key": "rotate-alice"}
+    first = staff_client.post(path, data=json.dumps({"grace_seconds": 0}), content_type="application/json",
+                              headers=headers)
+    retry = staff_client.post(path, data=json.dumps({"grace_seconds": 0}), content_type="application/json",
+                              headers=headers)
+
+    assert (first.status_code, retry.status_code) == (200, 409)
+    assert first.json()["key"]["prefix"] in retry.json()["detail"]
+    assert ApiKey.objects.filter(owner=old.owner).count() == 2
+
+
+@pytest.mark.parametrize("value", ["", "has space", "x" * 256])
+def test_a_malformed_idempotency_key_is_refused(staff_client, cast, value):
+    response = staff_client.post("/api/admin/keys", data=json.dumps({"owner": "carol", "tier": "batch"}),
+                                 content_type="application/json", headers={"Idempotency-Key": value})
+    assert response.status_code == 400 and "Idempotency-Key" in response.json()["detail"]
+    assert ApiKey.objects.count() == 3  # the cast's
