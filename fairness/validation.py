@@ -37,8 +37,16 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
             "The request body is not valid JSON.",
             "invalid_json",
         ) from None
+    except RecursionError:
+        raise ApiError(400, "The request body is nested too deeply.", "invalid_json") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object.", "invalid_json")
+    # JSON's \uXXXX escapes can spell half of a UTF-16 pair, which no UTF-8 text (the engine's
+    # tokenizer, the gateway's affinity hash) can hold. Only escaped surrogates make one, so the
+    # walk runs only for bodies that contain such an escape.
+    if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(payload):
+        raise ApiError(400, "The request body contains a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
+                            "escape), which is not text.", "invalid_json")
 
     model = payload.get("model")
     if model is None:
@@ -77,6 +85,23 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise _invalid("'stream_options' must be an object.", "stream_options")
     wants_usage = bool(options and options.get("include_usage"))
     return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+
+
+def _has_lone_surrogate(payload: Any) -> bool:
+    pending = [payload]  # a loop, not recursion: the body may be nested nearly to the limit
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def upstream_body(request: ProxyRequest, original: bytes, engine_priority: int | None) -> bytes:

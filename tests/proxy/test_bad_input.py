@@ -84,11 +84,24 @@ def test_a_revoked_key_stops_working_within_a_second(live_db_url, redis_url, rep
         ({"model": MODEL, "messages": "hi"}, "messages"),
         ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": "please"}, "stream"),
         ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, "max_tokens"),
+        (b'{"model": "sim", "messages": [{"role": "user", "content": "\\ud800 half an emoji"}]}', None),
+        (b'{"model": "sim", "prompt": ["fine", {"x": "\\udfff"}]}', None),
+        (b'{"model": "sim", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),
     ],
+    ids=["not-json", "no-model", "model-list", "messages-string", "stream-string", "negative-max-tokens",
+         "lone-surrogate", "lone-surrogate-nested", "nested-too-deep"],
 )
-def test_malformed_bodies_get_400(gateway, replica, cast, body, param):
-    error = assert_error(post(gateway, cast["alice"].secret, body), 400)
+def test_malformed_bodies_get_400(gateway, replica, cast, sim, body, param):
+    path = "/v1/completions" if isinstance(body, bytes) and b'"prompt"' in body else "/v1/chat/completions"
+    seen = len(sim.requests())
+    error = assert_error(post(gateway, cast["alice"].secret, body, path=path), 400)
     assert error["param"] == param
+    assert len(sim.requests()) == seen  # refused by the gateway before it queued or forwarded anything
+
+
+def test_a_properly_paired_escaped_emoji_is_text(gateway, replica, cast):
+    body = b'{"model": "sim", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "max_tokens": 4}'
+    assert post(gateway, cast["alice"].secret, body).status_code == 200
 
 
 def test_an_unknown_model_gets_404(gateway, replica, cast):
