@@ -99,7 +99,12 @@ async def notify(model: str, transition: Transition) -> None:
         }
         try:
             await upstream.post_json(settings.GP_ALERT_WEBHOOK_URL, payload, timeout=5.0)
-        except httpx.HTTPError:
-            log.warning("alert webhook failed", exc_info=True)
+        except httpx.HTTPError as exc:
+            # The URL is a credential (Slack's and Discord's carry their secret in the path),
+            # and httpx puts it in its messages: name the host and what went wrong, no more.
+            host = httpx.URL(settings.GP_ALERT_WEBHOOK_URL).host
+            failure = (f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
+                       else type(exc).__name__)
+            log.warning("alert webhook to %s failed: %s", host, failure)
     if settings.ADMINS:
         await sync_to_async(mail_admins)(message, message, fail_silently=True)

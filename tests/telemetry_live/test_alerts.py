@@ -88,3 +88,35 @@ def test_an_opened_alert_is_posted_to_the_webhook(readings, settings):
     finally:
         server.shutdown()
     assert [(r["event"], r["model"], r["kind"]) for r in received] == [("opened", MODEL, "queue")]
+
+
+@pytest.mark.parametrize("answer", ["refused", "HTTP 500"])
+def test_a_failing_webhook_is_logged_without_its_secret_url(settings, caplog, answer):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from fairness.saturation import Figures, Transition
+    from tests.conftest import free_port
+
+    class Broken(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_port if answer == "HTTP 500" else free_port()
+    settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{port}/services/T000/B000/s3cr3t-token"
+    settings.ADMINS = []
+    transition = Transition("queue", "opened", at=60.0, started_at=0.0, peak=Figures(waiting=9, running=2, ratio=4.5, kv_usage=None))
+    try:
+        run(alerts.notify, MODEL, transition)
+    finally:
+        server.shutdown()
+
+    assert "alert webhook to 127.0.0.1 failed" in caplog.text
+    assert ("HTTP 500" in caplog.text) == (answer == "HTTP 500")
+    assert "s3cr3t-token" not in caplog.text and "/services/" not in caplog.text
