@@ -154,7 +154,11 @@ async def _forward(
                 raise
             continue
         if response.status_code >= 500:
-            await gateway.replica_failed(replica)
+            try:
+                await gateway.replica_failed(replica)
+            except BaseException:
+                await response.aclose()  # its connection goes back to the pool, not to waste
+                raise
             if not last:
                 await response.aclose()
                 continue
