@@ -96,7 +96,7 @@ async def test_caps_hold_across_processes_under_concurrency(
 async def test_a_killed_gateways_lease_goes_within_one_ttl_and_a_waiter_gets_it(
     make_admission: Make, redis_url: str, prefix: str
 ) -> None:
-    ttl = 1.0
+    ttl = 2.0  # renewed every ttl/3: a holder stalled for a second on a busy host keeps its lease
     admission = await make_admission(clock=time.time, lease_ttl=ttl, recheck_seconds=0.1)
     await admission.set_capacity(GROUP, 1)
     config = {"url": redis_url, "prefix": prefix, "ttl": ttl, "recheck": 0.1,
@@ -116,14 +116,14 @@ async def test_a_killed_gateways_lease_goes_within_one_ttl_and_a_waiter_gets_it(
         await proc.wait()
         grant = await asyncio.wait_for(waiter, 5)
         # Expiry within one TTL of the kill, found by the waiter's next recheck (0.1 s).
-        assert time.monotonic() - killed_at < ttl + 0.4
+        assert time.monotonic() - killed_at < ttl + 0.6
         assert grant.queued_seconds >= 2 * ttl
 
 
 async def test_a_killed_gateways_leases_and_tickets_vanish_with_nobody_waiting(
     make_admission: Make, redis_url: str, prefix: str
 ) -> None:
-    ttl = 1.0
+    ttl = 2.0
     admission = await make_admission(clock=time.time, lease_ttl=ttl, recheck_seconds=0.1)
     await admission.set_capacity(GROUP, 1)
     config = {"url": redis_url, "prefix": prefix, "ttl": ttl, "recheck": 0.1,
@@ -142,4 +142,4 @@ async def test_a_killed_gateways_leases_and_tickets_vanish_with_nobody_waiting(
             return (await admission.stats())["keys"] == {}
 
         await eventually(gone, timeout=ttl + 2, what="the dead gateway's lease and ticket to go")
-        assert time.monotonic() - killed_at < ttl + 0.3
+        assert time.monotonic() - killed_at < ttl + 0.6

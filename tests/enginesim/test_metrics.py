@@ -125,7 +125,7 @@ def test_a_warm_prefix_cuts_time_to_first_token() -> None:
 
         cold, warm = ttft(), ttft()
         assert 0.7 < cold < 2.0
-        assert warm < 0.3
+        assert warm < 0.4  # one decode step; the rest is HTTP and the host
 
 
 def test_kv_usage_is_a_fraction_of_blocks_in_use() -> None:

@@ -40,7 +40,10 @@ def test_no_key_pool_or_engine_ever_exceeds_its_cap(live_db_url, redis_url, crow
                 for n, (member, gateway) in enumerate(zip(itertools.cycle(crowd), itertools.cycle(gateways))):
                     if n == 200:
                         break
-                    jobs.append(send(client, gateway.url, member, chat_body(member, stream=n % 2 == 0)))
+                    # ~0.1 s each in the engine: long enough that a busy host cannot leave the
+                    # slots idle between grants, which the last check below would read as waste.
+                    body = chat_body(member, max_tokens=200, stream=n % 2 == 0)
+                    jobs.append(send(client, gateway.url, member, body))
                 return await asyncio.gather(*jobs)
 
         responses = asyncio.run(flood())

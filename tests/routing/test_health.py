@@ -16,7 +16,7 @@ async def test_replicas_never_probed_count_as_healthy(aredis):
 
 
 async def test_a_passive_mark_lasts_one_cooldown(aredis):
-    await health.mark_down(aredis, R0, cooldown=0.3)
+    await health.mark_down(aredis, R0, cooldown=1.0)
     assert await health.healthy(aredis, NAMES) == {"r1"}
 
     async def back() -> bool:

@@ -89,7 +89,7 @@ async def test_the_heartbeat_renews_the_ttl_while_requests_run(aredis):
 
 
 async def test_the_heartbeat_restores_counts_lost_by_redis(aredis):
-    book = LoadBook(aredis, ttl=0.3)
+    book = LoadBook(aredis, ttl=1.5)  # a heartbeat every 0.5 s: none lands between flush and look
     try:
         book.add("r0")
         book.add("r1")
