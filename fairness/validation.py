@@ -75,16 +75,36 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         if not isinstance(prompt, (str, list)):
             raise _invalid("'prompt' must be a string or an array.", "prompt")
 
-    for name in ("max_tokens", "max_completion_tokens", "n"):
+    for name in ("max_tokens", "max_completion_tokens", "n", "best_of"):
         value = payload.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise _invalid(f"'{name}' must be a positive integer.", name)
+    # The engine runs each choice and each prompt of a batch as its own sequence, in a slot of
+    # its own, while the request holds one lease: a cap of 2 would let a key fill the card.
+    # One sequence per request keeps every sequence counted; repeats are queued fairly.
+    for name in ("n", "best_of"):
+        if (payload.get(name) or 1) > 1:
+            raise _invalid(f"'{name}' above 1 is not accepted here: the gateway schedules one sequence "
+                           "per request so that each counts against your concurrency cap. Send the "
+                           "request once per choice instead.", name, "unsupported_value")
+    if endpoint == COMPLETIONS and _prompt_count(payload["prompt"]) > 1:
+        raise _invalid("A list of several prompts is not accepted here: the gateway schedules one sequence "
+                       "per request so that each counts against your concurrency cap. Send one request "
+                       "per prompt instead.", "prompt", "unsupported_value")
 
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _invalid("'stream_options' must be an object.", "stream_options")
     wants_usage = bool(options and options.get("include_usage"))
     return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+
+
+def _prompt_count(prompt: str | list[Any]) -> int:
+    """Prompts in a completions request: a string or a list of token ids is one; a list of
+    strings or of token-id lists is a batch."""
+    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+        return 1
+    return len(prompt)
 
 
 def _has_lone_surrogate(payload: Any) -> bool:

@@ -72,3 +72,19 @@ def test_completions_work_streamed_or_not(cast, openai_for, stream):
 def test_models_lists_what_the_replicas_serve(cast, openai_for):
     models = openai_for(cast["alice"]).models.list()
     assert [m.id for m in models.data] == [MODEL]
+
+
+def test_several_choices_or_prompts_in_one_request_are_refused_before_the_engine(cast, openai_for, sim):
+    import openai
+
+    client = openai_for(cast["alice"])
+    seen = len(sim.requests())
+    with pytest.raises(openai.BadRequestError) as choices:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4, n=3)
+    with pytest.raises(openai.BadRequestError) as prompts:
+        client.completions.create(model=MODEL, prompt=["one", "two"], max_tokens=4)
+
+    assert (choices.value.code, choices.value.param) == ("unsupported_value", "n")
+    assert (prompts.value.code, prompts.value.param) == ("unsupported_value", "prompt")
+    assert "one sequence per request" in choices.value.message
+    assert len(sim.requests()) == seen

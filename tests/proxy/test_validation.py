@@ -25,6 +25,10 @@ CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         (json.dumps({**CHAT_BODY, "max_tokens": True}).encode(), CHAT, "max_tokens", "invalid_type"),
         (json.dumps({"model": "m"}).encode(), COMPLETIONS, "prompt", "missing_required_parameter"),
         (json.dumps({"model": "m", "prompt": 5}).encode(), COMPLETIONS, "prompt", "invalid_type"),
+        (json.dumps({**CHAT_BODY, "n": 2}).encode(), CHAT, "n", "unsupported_value"),
+        (json.dumps({"model": "m", "prompt": "x", "best_of": 3}).encode(), COMPLETIONS, "best_of", "unsupported_value"),
+        (json.dumps({"model": "m", "prompt": ["a", "b"]}).encode(), COMPLETIONS, "prompt", "unsupported_value"),
+        (json.dumps({"model": "m", "prompt": [[1, 2], [3]]}).encode(), COMPLETIONS, "prompt", "unsupported_value"),
     ],
 )
 def test_it_rejects_bad_bodies_with_a_400_naming_the_field(body, endpoint, param, code):
@@ -52,3 +56,10 @@ def test_it_sets_the_tiers_engine_priority_and_ignores_the_clients():
     raw = json.dumps({**CHAT_BODY, "priority": -100}).encode()
     assert json.loads(upstream_body(parse(raw, CHAT), raw, 10))["priority"] == 10
     assert "priority" not in json.loads(upstream_body(parse(raw, CHAT), raw, None))
+
+
+@pytest.mark.parametrize("prompt", ["one", ["one"], [1, 2, 3], [[1, 2, 3]]])
+def test_one_prompt_in_any_of_its_forms_and_n_of_one_pass(prompt):
+    parsed = parse(json.dumps({"model": "m", "prompt": prompt, "n": 1, "best_of": 1}).encode(), COMPLETIONS)
+    assert parsed.payload["prompt"] == prompt
+
