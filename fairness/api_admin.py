@@ -26,6 +26,7 @@ from fairness import once, operations
 from fairness.keys import hash_secret
 from fairness.live import key_load
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier, UsageHourly
+from fairness.replicas import conflict_if_saved
 
 User = get_user_model()
 
@@ -354,6 +355,9 @@ def add_replica(request, data: ReplicaIn):
         replica.full_clean()
     except ValidationError as exc:
         raise invalid(exc) from None
+    conflict = conflict_if_saved(replica, frozenset(data.tiers))
+    if conflict:
+        raise HttpError(422, f"tiers: {conflict}")
     operations.save_replica(actor(request), replica, fields)
     replica.tiers.set(tiers)
     return Status(201, replica_out(replica))
@@ -362,7 +366,10 @@ def add_replica(request, data: ReplicaIn):
 @router.post("/replicas/{name}/{state}", response=ReplicaOut, summary="enable, disable, or drain a replica")
 def replica_state(request, name: str, state: Literal["enable", "disable", "drain"]):
     replica = get_object_or_404(Replica, name=name)
-    return replica_out(operations.set_replica_state(actor(request), replica, state))
+    try:
+        return replica_out(operations.set_replica_state(actor(request), replica, state))
+    except ValidationError as exc:
+        raise HttpError(409, " ".join(exc.messages)) from None
 
 
 # -- alerts and audit ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fairness import once
 from fairness.models import Replica, Tier
+from fairness.replicas import conflict_if_saved
 
 User = get_user_model()
 
@@ -142,6 +143,17 @@ class ReplicaForm(forms.ModelForm):
             "api_key": forms.PasswordInput(render_value=False),
             "tiers": forms.CheckboxSelectMultiple,
         }
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not self.errors:
+            # The instance takes the form's values only after clean(), its tiers after saving.
+            fields = {name: value for name, value in data.items() if name != "tiers"}
+            candidate = Replica(pk=self.instance.pk, enabled=self.instance.enabled, **fields)
+            conflict = conflict_if_saved(candidate, frozenset(t.name for t in data.get("tiers") or ()))
+            if conflict:
+                self.add_error("tiers", conflict)
+        return data
 
     def changes(self) -> dict:
         return {name: self.cleaned_data[name] for name in self.changed_data if name != "tiers"}

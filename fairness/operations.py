@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from fairness.keys import hash_secret, issue_key, mint_secret
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.replicas import conflict_if_saved
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,16 @@ def save_replica(actor: Actor, replica: Replica, changed: dict) -> Replica:
 
 @transaction.atomic
 def set_replica_state(actor: Actor, replica: Replica, state: str) -> Replica:
-    """enable, disable, or drain (finish in-flight, accept nothing new)."""
+    """enable, disable, or drain (finish in-flight, accept nothing new).
+
+    Raises ValidationError when enabling it would make deployments overlap (see replicas.py).
+    """
+    if state != "disable" and not replica.enabled:
+        replica.enabled = True
+        conflict = conflict_if_saved(replica)
+        if conflict:
+            replica.enabled = False
+            raise ValidationError(conflict)
     replica.enabled = state != "disable"
     replica.draining = state == "drain"
     replica.save(update_fields=["enabled", "draining"])

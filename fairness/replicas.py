@@ -45,8 +45,8 @@ class ReplicaDirectory:
 
     A tier's deployment of a model is the set of replicas that serve both. Admission counts
     engine slots per deployment, so an interactive-only and a batch-only deployment side by side
-    each have capacity of their own. Deployments should be equal or disjoint: two that share some
-    replicas but not all would each count the shared slots.
+    each have capacity of their own. Deployments must be equal or disjoint: two that share some
+    replicas but not all would each count the shared slots (deployment_conflict refuses that).
     """
 
     def __init__(self, replicas: list[ReplicaInfo]) -> None:
@@ -84,10 +84,67 @@ class ReplicaDirectory:
                 found[self._group_name(model, members)] = members
         return found
 
+    def deployments(self, model: str) -> dict[frozenset[str], set[str]]:
+        """Each distinct deployment of the model (replica names) -> the tiers it serves
+        ("" stands for every tier no replica names)."""
+        replicas = self.by_model.get(model, [])
+        found: dict[frozenset[str], set[str]] = {}
+        for tier in set().union(*(r.tiers for r in replicas)):
+            found.setdefault(frozenset(r.name for r in self.serving(model, tier)), set()).add(tier)
+        unrestricted = frozenset(r.name for r in replicas if not r.tiers)
+        if unrestricted:
+            found.setdefault(unrestricted, set()).add("")
+        return found
+
     def _group_name(self, model: str, members: list[ReplicaInfo]) -> str:
         if len(members) == len(self.by_model.get(model, [])):
             return model
         return model + "@" + "+".join(sorted(r.name for r in members))
+
+
+def deployment_conflict(replicas: list[ReplicaInfo]) -> str | None:
+    """Why these replicas would have some engine slots counted twice, or None when they would not."""
+    directory = ReplicaDirectory(replicas)
+    for model in directory.models():
+        deployments = sorted(directory.deployments(model).items(), key=lambda d: sorted(d[0]))
+        for index, (first, first_tiers) in enumerate(deployments):
+            for second, second_tiers in deployments[index + 1:]:
+                shared = first & second
+                if shared:
+                    return (
+                        f"Model {model}: {_tiers(first_tiers)} would run on {_names(first)} and "
+                        f"{_tiers(second_tiers)} on {_names(second)}. Sharing {_names(shared)} but not "
+                        f"the rest, each would count {_names(shared)}'s slots as its own and the engine "
+                        "could be sent twice what it runs at once. Give the replicas of one model the "
+                        "same tiers, or tiers that do not overlap."
+                    )
+    return None
+
+
+def conflict_if_saved(candidate: Replica, tiers: frozenset[str] | None = None) -> str | None:
+    """The deployment conflict enabling or saving `candidate` (serving `tiers`; None keeps the
+    ones it has) would make among the enabled replicas."""
+    others = Replica.objects.filter(enabled=True).prefetch_related("tiers")
+    if candidate.pk is not None:
+        others = others.exclude(pk=candidate.pk)
+        if tiers is None:
+            tiers = frozenset(t.name for t in candidate.tiers.all())
+    replicas = [ReplicaInfo.of(r, frozenset(t.name for t in r.tiers.all())) for r in others]
+    if candidate.enabled:
+        replicas.append(ReplicaInfo.of(candidate, tiers or frozenset()))
+    return deployment_conflict(replicas)
+
+
+def _tiers(names: set[str]) -> str:
+    named = sorted(n for n in names if n)
+    words = [f"tier {', '.join(named)}" if len(named) == 1 else f"tiers {', '.join(named)}"] if named else []
+    if "" in names:
+        words.append("every tier no replica names")
+    return " and ".join(words)
+
+
+def _names(replicas: frozenset[str]) -> str:
+    return ", ".join(sorted(replicas))
 
 
 @sync_to_async

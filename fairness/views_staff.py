@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import SetPasswordForm
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
@@ -281,7 +281,12 @@ def add_replica(request: HttpRequest) -> HttpResponse:
 def replica_state(request: HttpRequest, name: str, state: str) -> HttpResponse:
     if state not in REPLICA_STATES:
         raise Http404
-    replica = operations.set_replica_state(_actor(request), _get_replica_for_user(request.user, name), state)
+    replica = _get_replica_for_user(request.user, name)
+    try:
+        operations.set_replica_state(_actor(request), replica, state)
+    except ValidationError as exc:
+        messages.error(request, f"{replica} stays disabled: {' '.join(exc.messages)}")
+        return redirect("staff-replicas")
     done = {"enable": "Enabled", "disable": "Disabled", "drain": "Draining"}[state]
     messages.success(request, f"{done} {replica}.")
     return redirect("staff-replicas")

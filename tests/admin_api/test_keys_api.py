@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fairness.keys import hash_secret
-from fairness.models import ApiKey, AuditEntry, Tier
+from fairness.models import ApiKey, AuditEntry, Replica, Tier
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +112,11 @@ def test_a_malformed_idempotency_key_is_refused(staff_client, cast, value):
                                  content_type="application/json", headers={"Idempotency-Key": value})
     assert response.status_code == 400 and "Idempotency-Key" in response.json()["detail"]
     assert ApiKey.objects.count() == 3  # the cast's
+
+
+def test_adding_a_replica_that_would_overlap_a_deployment_is_422(staff_client, cast):
+    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
+    response = post(staff_client, "/api/admin/replicas", {"name": "gpu1", "base_url": "http://10.1.2.4:8000",
+                                                          "model": "tiny", "tiers": ["batch"]})
+    assert response.status_code == 422 and response.json()["detail"].startswith("tiers: Model tiny")
+    assert not Replica.objects.filter(name="gpu1").exists()

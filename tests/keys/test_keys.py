@@ -67,6 +67,15 @@ def test_add_replica_command_validates_and_saves(tiers):
             "add_replica", "--name", "r2", "--url", "http://127.0.0.1:9", "--model", "tiny",
             "--max-num-seqs", "0", stdout=io.StringIO(),
         )
+    # Moving a batch-only replica onto r1's model would make r1's slots count twice.
+    batch_only = Replica.objects.create(name="r3", base_url="http://127.0.0.1:8", model="other")
+    batch_only.tiers.set([tiers["batch"]])
+    with pytest.raises(CommandError, match="count r1's slots as its own"):
+        call_command(
+            "add_replica", "--name", "r3", "--url", "http://127.0.0.1:8", "--model", "tiny",
+            "--max-num-seqs", "8", stdout=io.StringIO(),
+        )
+    assert Replica.objects.get(name="r3").model == "other"
 
 
 @pytest.fixture

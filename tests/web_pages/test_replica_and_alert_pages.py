@@ -85,3 +85,30 @@ def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
     assert "t119" in first.content.decode() and "t0<" not in first.content.decode()
     assert "t0<" in staff_client.get("/staff/audit/?page=2").content.decode()
     assert staff_client.post("/staff/audit/").status_code == 405  # nothing to post to
+
+
+def test_a_replica_whose_slots_two_deployments_would_count_is_refused(staff_client, tiers):
+    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
+    fields = {"name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "tiny", "engine_kind": "vllm",
+              "max_num_seqs": 8, "scheduling_policy": "fcfs", "tiers": [tiers["batch"].pk]}
+
+    response = staff_client.post("/staff/replicas/new/", fields)
+
+    assert response.status_code == 200
+    assert "count gpu0&#x27;s slots as its own" in response.content.decode()
+    assert not Replica.objects.filter(name="gpu1").exists()
+    # The same replica for another model shares nothing.
+    assert staff_client.post("/staff/replicas/new/", {**fields, "model": "other"}).status_code == 302
+
+
+def test_enabling_a_replica_that_would_overlap_leaves_it_disabled(staff_client, tiers):
+    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
+    spare = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model="tiny", enabled=False)
+    spare.tiers.set([tiers["batch"]])
+
+    page = staff_client.post("/staff/replicas/gpu1/enable/", follow=True).content.decode()
+    api = staff_client.post("/api/admin/replicas/gpu1/enable")
+
+    assert "gpu1 stays disabled" in page
+    assert api.status_code == 409 and "twice" in api.json()["detail"]
+    assert Replica.objects.get(name="gpu1").enabled is False

@@ -2,6 +2,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from fairness.models import Replica
+from fairness.replicas import conflict_if_saved
 
 
 class Command(BaseCommand):
@@ -29,5 +30,8 @@ class Command(BaseCommand):
             replica.full_clean()
         except ValidationError as exc:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+        conflict = conflict_if_saved(replica)
+        if conflict:
+            raise CommandError(conflict)
         replica.save()
         self.stdout.write(f"Replica {replica.name} serves {replica.model} at {replica.base_url}.")
