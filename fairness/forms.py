@@ -149,7 +149,7 @@ class ReplicaForm(forms.ModelForm):
         if not self.errors:
             # The instance takes the form's values only after clean(), its tiers after saving.
             fields = {name: value for name, value in data.items() if name != "tiers"}
-            candidate = Replica(pk=self.instance.pk, enabled=self.instance.enabled, **fields)
+            candidate = Replica(pk=self.instance.pk, **{"enabled": self.instance.enabled, **fields})
             conflict = conflict_if_saved(candidate, frozenset(t.name for t in data.get("tiers") or ()))
             if conflict:
                 self.add_error("tiers", conflict)

@@ -1,0 +1,72 @@
+"""The Django admin: every model readable, raw edits within the portal's rules."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from fairness.models import ApiKey, AuditEntry, Replica
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODELS = ["tier", "apikey", "replica", "saturationalert", "auditentry", "admintoken", "usagerecord",
+          "usagehourly", "enginesample"]
+
+
+@pytest.fixture
+def admin_client(cast) -> Client:
+    client = Client(REMOTE_ADDR="10.0.0.8")
+    client.force_login(get_user_model().objects.create_superuser("root", password="a long root password"))
+    return client
+
+
+def test_every_model_is_listed_and_readable(admin_client):
+    index = admin_client.get("/admin/").content.decode()
+    for name in MODELS:
+        assert f"/admin/fairness/{name}/" in index
+        assert admin_client.get(f"/admin/fairness/{name}/").status_code == 200, name
+
+
+def test_keys_cannot_be_added_here_and_their_hash_is_not_shown(admin_client, cast):
+    key = ApiKey.objects.get(pk=cast["alice"].key_id)
+    assert admin_client.get("/admin/fairness/apikey/add/").status_code == 403
+    page = admin_client.get(f"/admin/fairness/apikey/{key.pk}/change/").content.decode()
+    assert key.prefix in page and key.secret_hash not in page
+    assert admin_client.get("/admin/fairness/auditentry/add/").status_code == 403
+
+
+def test_the_revoke_action_revokes_and_audits(admin_client, cast):
+    key = ApiKey.objects.get(pk=cast["bob"].key_id)
+    response = admin_client.post("/admin/fairness/apikey/", {"action": "revoke", "_selected_action": [key.pk]},
+                                 follow=True)
+    assert "Revoked 1 key(s)." in response.content.decode()
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    entry = AuditEntry.objects.get(action="key.revoke")
+    assert (entry.target, entry.actor_name, entry.ip) == (key.prefix, "root", "10.0.0.8")
+
+
+def replica_fields(replica: Replica, **changes) -> dict:
+    fields = {"name": replica.name, "base_url": replica.base_url, "model": replica.model,
+              "engine_kind": replica.engine_kind, "max_num_seqs": replica.max_num_seqs,
+              "scheduling_policy": replica.scheduling_policy, "api_key": "", "enabled": "on"}
+    return {**fields, **changes}
+
+
+def test_editing_a_replica_keeps_its_engine_key_and_refuses_overlapping_deployments(admin_client, tiers):
+    gpu0 = Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", api_key="engine-key")
+    gpu1 = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model="other")
+    gpu1.tiers.set([tiers["batch"]])
+
+    page = admin_client.get(f"/admin/fairness/replica/{gpu0.pk}/change/").content.decode()
+    assert "engine-key" not in page
+    saved = admin_client.post(f"/admin/fairness/replica/{gpu0.pk}/change/", replica_fields(gpu0, max_num_seqs=16))
+    assert saved.status_code == 302
+    gpu0.refresh_from_db()
+    assert (gpu0.max_num_seqs, gpu0.api_key) == (16, "engine-key")
+
+    moved = admin_client.post(f"/admin/fairness/replica/{gpu1.pk}/change/",
+                              replica_fields(gpu1, model="tiny", tiers=[tiers["batch"].pk]))
+    assert moved.status_code == 200 and "count gpu0&#x27;s slots as its own" in moved.content.decode()
+    assert Replica.objects.get(pk=gpu1.pk).model == "other"
