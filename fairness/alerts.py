@@ -42,7 +42,10 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
         if reading.snapshot is None:
             continue
         figures = demand[reading.replica.model]
-        figures["waiting"] += reading.snapshot.waiting
+        # Requests the engine defers for other reasons (grammar compilation, KV transfer) are no
+        # sign of too little capacity; engines that tell them apart say which wait for room.
+        capacity = reading.snapshot.waiting_capacity
+        figures["waiting"] += reading.snapshot.waiting if capacity is None else capacity
         figures["running"] += reading.snapshot.running
         if reading.snapshot.kv_usage is not None:  # one full replica is enough to flag
             figures["kv"] = max(figures["kv"], reading.snapshot.kv_usage)

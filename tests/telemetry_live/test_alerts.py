@@ -120,3 +120,15 @@ def test_a_failing_webhook_is_logged_without_its_secret_url(settings, caplog, an
     assert "alert webhook to 127.0.0.1 failed" in caplog.text
     assert ("HTTP 500" in caplog.text) == (answer == "HTTP 500")
     assert "s3cr3t-token" not in caplog.text and "/services/" not in caplog.text
+
+
+def test_requests_the_engine_defers_for_other_reasons_open_no_alert(readings):
+    import dataclasses
+
+    saturated, _ = readings
+    # The same queue, but reported as deferred (say, compiling grammars), not waiting for room.
+    deferred = [dataclasses.replace(r, snapshot=dataclasses.replace(r.snapshot, waiting_capacity=0.0))
+                for r in saturated]
+    for t in range(0, 70, 2):
+        observe(deferred, 1000.0 + t)
+    assert not SaturationAlert.objects.exists()
