@@ -41,9 +41,9 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise ApiError(400, "The request body is nested too deeply.", "invalid_json") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object.", "invalid_json")
-    # JSON's \uXXXX escapes can spell half of a UTF-16 pair, which no UTF-8 text (the engine's
-    # tokenizer, the gateway's affinity hash) can hold. Only escaped surrogates make one, so the
-    # walk runs only for bodies that contain such an escape.
+    # A JSON escape in \ud800-\udfff spells half of a UTF-16 pair, which no UTF-8 text (the
+    # engine's tokenizer, the gateway's affinity hash) can hold. Only such escapes make one, so
+    # the walk runs only for bodies that contain one.
     if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(payload):
         raise ApiError(400, "The request body contains a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
                             "escape), which is not text.", "invalid_json")

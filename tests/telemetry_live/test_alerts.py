@@ -1,13 +1,19 @@
 """Saturation alerts from a real engine's figures; time is injected, so windows pass at once."""
 
+import dataclasses
+import json
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness import alerts
 from fairness.models import Replica, SaturationAlert
-from tests.conftest import MODEL
+from fairness.saturation import Figures, Transition
+from tests.conftest import MODEL, free_port
 from tests.polling import wait_for
 from tests.telemetry_live.conftest import load_on, poll, run
 
@@ -63,17 +69,15 @@ def test_a_brief_spike_opens_nothing(readings):
     assert not SaturationAlert.objects.exists()
 
 
-def test_an_opened_alert_is_posted_to_the_webhook(readings, settings):
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    received = []
+@contextmanager
+def webhook(status: int) -> Iterator[tuple[int, list[dict]]]:
+    """A local webhook answering `status`: its port, and the JSON bodies posted to it."""
+    received: list[dict] = []
 
     class Hook(BaseHTTPRequestHandler):
         def do_POST(self):
             received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            self.send_response(204)
+            self.send_response(status)
             self.end_headers()
 
         def log_message(self, *args):
@@ -81,41 +85,29 @@ def test_an_opened_alert_is_posted_to_the_webhook(readings, settings):
 
     server = HTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
     try:
-        for t in range(0, 70, 2):
-            observe(readings[0], 1000.0 + t)
+        yield server.server_port, received
     finally:
         server.shutdown()
+
+
+def test_an_opened_alert_is_posted_to_the_webhook(readings, settings):
+    with webhook(204) as (port, received):
+        settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{port}/hook"
+        for t in range(0, 70, 2):
+            observe(readings[0], 1000.0 + t)
     assert [(r["event"], r["model"], r["kind"]) for r in received] == [("opened", MODEL, "queue")]
 
 
 @pytest.mark.parametrize("answer", ["refused", "HTTP 500"])
 def test_a_failing_webhook_is_logged_without_its_secret_url(settings, caplog, answer):
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    from fairness.saturation import Figures, Transition
-    from tests.conftest import free_port
-
-    class Broken(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.send_response(500)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Broken)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_port if answer == "HTTP 500" else free_port()
-    settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{port}/services/T000/B000/s3cr3t-token"
-    settings.ADMINS = []
-    transition = Transition("queue", "opened", at=60.0, started_at=0.0, peak=Figures(waiting=9, running=2, ratio=4.5, kv_usage=None))
-    try:
+    transition = Transition("queue", "opened", at=60.0, started_at=0.0,
+                            peak=Figures(waiting=9, running=2, ratio=4.5, kv_usage=None))
+    with webhook(500) as (port, _):
+        port = port if answer == "HTTP 500" else free_port()
+        settings.GP_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{port}/services/T000/B000/s3cr3t-token"
+        settings.ADMINS = []
         run(alerts.notify, MODEL, transition)
-    finally:
-        server.shutdown()
 
     assert "alert webhook to 127.0.0.1 failed" in caplog.text
     assert ("HTTP 500" in caplog.text) == (answer == "HTTP 500")
@@ -123,8 +115,6 @@ def test_a_failing_webhook_is_logged_without_its_secret_url(settings, caplog, an
 
 
 def test_requests_the_engine_defers_for_other_reasons_open_no_alert(readings):
-    import dataclasses
-
     saturated, _ = readings
     # The same queue, but reported as deferred (say, compiling grammars), not waiting for room.
     deferred = [dataclasses.replace(r, snapshot=dataclasses.replace(r.snapshot, waiting_capacity=0.0))
