@@ -18,9 +18,9 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
-from pydantic import field_validator
 from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
+from pydantic import field_validator
 
 from fairness import once, operations
 from fairness.keys import hash_secret

@@ -24,6 +24,10 @@ class ProxyRequest:
     wants_usage: bool  # the client asked for the final usage chunk of a stream
 
 
+_ONE_SEQUENCE = ("is not accepted here: the gateway schedules one sequence per request so that each "
+                 "counts against your concurrency cap.")
+
+
 def _invalid(message: str, param: str, code: str = "invalid_type") -> ApiError:
     return ApiError(400, message, code, param=param)
 
@@ -84,13 +88,11 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
     # One sequence per request keeps every sequence counted; repeats are queued fairly.
     for name in ("n", "best_of"):
         if (payload.get(name) or 1) > 1:
-            raise _invalid(f"'{name}' above 1 is not accepted here: the gateway schedules one sequence "
-                           "per request so that each counts against your concurrency cap. Send the "
-                           "request once per choice instead.", name, "unsupported_value")
+            raise _invalid(f"'{name}' above 1 {_ONE_SEQUENCE} Send the request once per choice instead.",
+                           name, "unsupported_value")
     if endpoint == COMPLETIONS and _prompt_count(payload["prompt"]) > 1:
-        raise _invalid("A list of several prompts is not accepted here: the gateway schedules one sequence "
-                       "per request so that each counts against your concurrency cap. Send one request "
-                       "per prompt instead.", "prompt", "unsupported_value")
+        raise _invalid(f"A list of several prompts {_ONE_SEQUENCE} Send one request per prompt instead.",
+                       "prompt", "unsupported_value")
 
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
