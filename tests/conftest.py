@@ -23,6 +23,17 @@ settings.REDIS_URL = TEST_REDIS_URL
 settings.CELERY_BROKER_URL = TEST_REDIS_URL
 settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": TEST_REDIS_URL}}
 
+
+def _neighbour_database(url: str) -> str:
+    base, _, db = url.rpartition("/")
+    number = int(db) if db.isdigit() else 0
+    return f"{base}/{number - 1 if number > 0 else number + 1}"
+
+
+# For unit tests of shared, unprefixed keys (health verdicts, the probe lock, the load book):
+# no live process writes here, so the session-long gateway's background loop cannot race them.
+QUIET_REDIS_URL = os.environ.get("GP_TEST_QUIET_REDIS_URL", _neighbour_database(TEST_REDIS_URL))
+
 MODEL = "sim"
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
 

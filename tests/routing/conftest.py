@@ -10,6 +10,7 @@ import redis.asyncio
 
 from fairness import upstream
 from fairness.replicas import ReplicaInfo
+from tests.conftest import QUIET_REDIS_URL
 
 
 def replica(name: str, max_num_seqs: int = 8, base_url: str = "http://127.0.0.1:9") -> ReplicaInfo:
@@ -34,8 +35,10 @@ def make_replicas() -> Callable[..., list[ReplicaInfo]]:
 
 
 @pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
-    client = redis.asyncio.Redis.from_url(redis_url)
+async def aredis() -> AsyncIterator[redis.asyncio.Redis]:
+    """An empty Redis database that no gateway process writes to."""
+    client = redis.asyncio.Redis.from_url(QUIET_REDIS_URL)
+    await client.flushdb()
     yield client
     await client.aclose()
 
