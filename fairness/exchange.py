@@ -60,7 +60,7 @@ class Exchange:
             "latency_ms": 0,
             "at": time.time(),
         }
-        self.replica: ReplicaInfo | None = None
+        self.replica: ReplicaInfo | None = None  # the replica whose load count this request holds
         self.grant: Grant | None = None
         self.refusal: str | None = None  # why admission answered 429, for the rejection count
         self._closed = False
@@ -77,12 +77,15 @@ class Exchange:
             raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
 
-    def bind(self, replica: ReplicaInfo) -> None:
-        """Count this request against the replica it is sent to (the routers read the counts)."""
+    def bind(self, replica: ReplicaInfo, routed: bool) -> None:
+        """Send this request to `replica`. When the model has several replicas (`routed`), count
+        it against this one: the routers read the counts. With one there is nothing to choose,
+        and publishing counts nobody reads would cost two Redis writes per request."""
         self.unbind()
-        self.replica = replica
         self.event["replica"] = replica.name
-        gateway.loop_state().load.add(replica.name)
+        if routed:
+            self.replica = replica
+            gateway.loop_state().load.add(replica.name)
 
     def unbind(self) -> None:
         if self.replica is not None:

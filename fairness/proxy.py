@@ -96,7 +96,8 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
     key = await gateway.keys.authenticate(request.headers.get("authorization"))
     body = _read_body(request)
     parsed = validation.parse(body, endpoint)
-    if not directory.serving(parsed.model):
+    serving = directory.serving(parsed.model)
+    if not serving:
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
     replicas = directory.serving(parsed.model, key.tier.name)
     if not replicas:
@@ -115,7 +116,9 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
         await exchange.admit(demand_of(key, group))
         conversation = routing.conversation_key(parsed.payload, request.headers.get(SESSION_HEADER))
         order = await gateway.plan(replicas, conversation)
-        replica, response = await _forward(order[:2], exchange, parsed, body, request.path, request_id, key.tier.engine_priority)
+        replica, response = await _forward(
+            order[:2], len(serving) > 1, exchange, parsed, body, request.path, request_id, key.tier.engine_priority
+        )
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(exchange.event["queued_ms"])}
         if response.status_code != 200:
             error = await _engine_error(response, replica)
@@ -136,13 +139,13 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
 
 
 async def _forward(
-    candidates: list[ReplicaInfo], exchange: Exchange, parsed: validation.ProxyRequest, body: bytes,
-    path: str, request_id: str, engine_priority: int,
-) -> tuple[ReplicaInfo, httpx.Response]:
+    candidates: list[ReplicaInfo], routed: bool, exchange: Exchange, parsed: validation.ProxyRequest,
+    body: bytes, path: str, request_id: str, engine_priority: int,
+) -> tuple[ReplicaInfo, upstream.EngineAnswer]:
     """Send to the first candidate; if it fails before answering anything, once to the next."""
     for attempt, replica in enumerate(candidates):
         last = attempt == len(candidates) - 1
-        exchange.bind(replica)
+        exchange.bind(replica, routed)
         data = validation.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
         try:
             response = await upstream.open_stream(replica, path, data, request_id)
@@ -167,7 +170,7 @@ async def _forward(
 
 
 def _streaming(
-    response: httpx.Response, replica: ReplicaInfo, exchange: Exchange,
+    response: upstream.EngineAnswer, replica: ReplicaInfo, exchange: Exchange,
     parsed: validation.ProxyRequest, headers: dict[str, str],
 ) -> StreamingHttpResponse:
     relay = Relay(
@@ -185,7 +188,7 @@ def _streaming(
 
 
 async def _whole_response(
-    response: httpx.Response, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
+    response: upstream.EngineAnswer, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
 ) -> HttpResponse:
     try:
         raw = await response.aread()
@@ -206,7 +209,7 @@ async def _whole_response(
     return result
 
 
-async def _engine_error(response: httpx.Response, replica: ReplicaInfo) -> ApiError:
+async def _engine_error(response: upstream.EngineAnswer, replica: ReplicaInfo) -> ApiError:
     """The engine's own error, kept when it is a client error and OpenAI-shaped enough."""
     try:
         raw = await response.aread()

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from fairness.errors import ApiError
+from fairness.upstream import EngineAnswer
 
 EVENT_END = b"\n\n"
 UNSTARTED_GRACE_SECONDS = 10.0
@@ -46,7 +47,7 @@ class Relay:
 
     def __init__(
         self,
-        upstream: httpx.Response,
+        upstream: EngineAnswer,
         *,
         strip_usage: bool,
         on_done: Callable[[StreamTally], Awaitable[None]],

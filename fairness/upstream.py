@@ -1,61 +1,45 @@
-"""The one outbound-HTTP seam: a pooled httpx client per event loop, and error mapping."""
+"""The one outbound-HTTP seam: proxied requests on the lean engine client, everything else (TLS
+engines, probes, scrapes, webhooks) on a pooled httpx client per event loop; error mapping."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import weakref
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 import httpx
 from django.conf import settings
 
+from fairness import engine_http
 from fairness.errors import ApiError
 from fairness.replicas import ReplicaInfo
 
-# httpcore scans every pooled connection of a client on each request and each response close
-# (an idle one costs a readiness syscall, and its idle count is recomputed per connection), so a
-# single pool of N connections costs O(N) to O(N²) per request at high concurrency. Requests are
-# spread over a few small pools instead.
-LANES = 8
-_lanes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lanes]" = weakref.WeakKeyDictionary()
+_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]" = weakref.WeakKeyDictionary()
 
 
-class _Lanes:
-    def __init__(self) -> None:
+def client() -> httpx.AsyncClient:
+    """A pooled client of the running loop (a client must not cross loops)."""
+    loop = asyncio.get_running_loop()
+    pooled = _clients.get(loop)
+    if pooled is None:
         timeout = httpx.Timeout(
             connect=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
             read=settings.GP_UPSTREAM_READ_TIMEOUT,
             write=30.0,
             pool=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
         )
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        # The engine speaks plain HTTP/1.1 on a trusted network; no env proxies.
-        self.clients = [httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) for _ in range(LANES)]
-        self._turn = itertools.cycle(self.clients)
-
-    def next(self) -> httpx.AsyncClient:
-        return next(self._turn)
-
-
-def _of_loop() -> _Lanes:
-    loop = asyncio.get_running_loop()
-    lanes = _lanes.get(loop)
-    if lanes is None:
-        lanes = _lanes[loop] = _Lanes()
-    return lanes
-
-
-def client() -> httpx.AsyncClient:
-    """A pooled client of the running loop (a client must not cross loops)."""
-    return _of_loop().next()
+        # The engines are on a trusted network; no env proxies.
+        pooled = _clients[loop] = httpx.AsyncClient(timeout=timeout, trust_env=False)
+    return pooled
 
 
 async def aclose() -> None:
     """Close the running loop's clients (their connections belong to this loop)."""
-    lanes = _lanes.pop(asyncio.get_running_loop(), None)
-    if lanes is not None:
-        for each in lanes.clients:
-            await each.aclose()
+    engine_http.close_pool()
+    pooled = _clients.pop(asyncio.get_running_loop(), None)
+    if pooled is not None:
+        await pooled.aclose()
 
 
 def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
@@ -65,25 +49,36 @@ def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
     return ApiError(502, f"The engine ({replica.name}) is unreachable.", "upstream_unreachable")
 
 
-async def open_stream(
-    replica: ReplicaInfo, path: str, body: bytes, request_id: str
-) -> httpx.Response:
-    """POST to the replica and return once the response headers are in; the body streams."""
-    headers = {"content-type": "application/json", "x-request-id": request_id}
+class EngineAnswer(Protocol):
+    """An engine's response: its status once the headers are in, its body read or streamed."""
+
+    status_code: int
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: str) -> EngineAnswer:
+    """POST to the replica and return once the response headers are in; the body streams.
+
+    Plain-HTTP engines (the usual case: the same host or a private network) go through the lean
+    client; an engine behind TLS through httpx.
+    """
+    headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
     if replica.api_key:
-        headers["authorization"] = f"Bearer {replica.api_key}"
-    lane = client()
-    request = lane.build_request("POST", replica.base_url + path, content=body, headers=headers)
+        headers["Authorization"] = f"Bearer {replica.api_key}"
     try:
-        return await lane.send(request, stream=True)
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-        # A pooled keep-alive connection to an engine that has since restarted fails like this
-        # before any answer; the engine aborts whatever it got, so one fresh try is safe.
-        pass
-    except httpx.HTTPError as exc:
-        raise translate(exc, replica) from exc
-    try:
-        return await lane.send(request, stream=True)
+        if replica.base_url.startswith("http://"):
+            return await engine_http.post(
+                replica.base_url, path, body, headers,
+                connect_timeout=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
+                read_timeout=settings.GP_UPSTREAM_READ_TIMEOUT,
+            )
+        pooled = client()
+        return await pooled.send(pooled.build_request("POST", replica.base_url + path, content=body, headers=headers), stream=True)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
 
