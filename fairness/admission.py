@@ -13,7 +13,9 @@ state; the key layout is documented in ``lua/lib.lua``.
 Per process there is one pub/sub channel (grants are pushed to it and dispatched to the waiting
 coroutine by handle) and, only while this process holds a lease or a ticket, one keeper task that
 renews leases, heartbeats tickets and re-pumps every ``recheck_seconds``: that covers lost messages
-and the expired leases of dead processes. Idle, the process sends nothing.
+and the expired leases of dead processes. Idle, the process sends nothing. Script calls share one
+multiplexed connection (``redis_lane``): taking and giving back a lease is one round trip each,
+at a fraction of a pooled client's CPU.
 
 Pure Python + redis.asyncio: no Django imports, so it is tested on its own.
 """
@@ -22,18 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline, PubSub
+from redis.asyncio.client import PubSub
 from redis.exceptions import NoScriptError, RedisError
+
+from fairness.redis_lane import Command, RedisLane, first_error
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,13 @@ _SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats")
 _MAX_RETRY_AFTER = 30
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
 _TICK_BATCH = 500
+
+
+def _load_scripts() -> dict[str, tuple[str, str]]:
+    """name -> (sha1, text) of each script, the shared library prepended."""
+    lib = (_LUA_DIR / "lib.lua").read_text()
+    texts = {name: lib + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
+    return {name: (hashlib.sha1(text.encode()).hexdigest(), text) for name, text in texts.items()}
 
 
 @dataclass(frozen=True)
@@ -164,11 +176,10 @@ class Admission:
         # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
         # TTLs would drop a dead process's tickets sooner but break that renewal margin.
         self._ticket_ttl = lease_ttl
-        lib = (_LUA_DIR / "lib.lua").read_text()
-        self._scripts = {
-            name: redis.register_script(lib + (_LUA_DIR / f"{name}.lua").read_text())
-            for name in _SCRIPTS
-        }
+        # Scripts and leases go over one multiplexed connection (the per-request round trips);
+        # pub/sub over redis-py's.
+        self._lane = RedisLane.like(redis)
+        self._scripts = _load_scripts()
         self._waiters: dict[str, asyncio.Future[_Turn]] = {}  # pub/sub dispatch targets
         self._queued: set[str] = set()  # tickets known to be in Redis: the keeper heartbeats them
         self._held: dict[str, Grant] = {}  # leases the keeper renews
@@ -253,16 +264,13 @@ class Admission:
         lost, _ = await self._call("tick", 1, grant.lease_id)
         return not lost
 
-    async def release(self, grant: Grant, also: Callable[[Pipeline], None] | None = None) -> None:
+    async def release(self, grant: Grant, also: Sequence[Command] = ()) -> None:
         """Give the lease back (idempotent); survives the caller being cancelled meanwhile. If
         Redis cannot be reached this raises, but the lease is no longer renewed either.
         ``also`` adds the caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
         self._stop_keeper_if_idle()
-        if also is None:
-            await self._shielded(self._call("release", grant.lease_id))
-        else:
-            await self._shielded(self._release_with(grant.lease_id, also))
+        await self._shielded(self._send(self._eval("release", grant.lease_id), *also))
 
     @contextlib.asynccontextmanager
     async def held(self, demand: Demand) -> AsyncIterator[Grant]:
@@ -324,6 +332,7 @@ class Admission:
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = None
+        await self._lane.aclose()
 
     # -- waiting --------------------------------------------------------------------------------
 
@@ -452,19 +461,25 @@ class Admission:
     # -- plumbing -------------------------------------------------------------------------------
 
     async def _call(self, name: str, *args: str | int | float) -> Any:
-        return await self._scripts[name](keys=[self._ns], args=self._args(*args))
+        return (await self._send(self._eval(name, *args)))[0]
 
-    async def _release_with(self, handle: str, also: Callable[[Pipeline], None]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
-        # EVALSHA by hand: a registered script in a pipeline costs an extra SCRIPT EXISTS trip.
-        pipe.evalsha(self._scripts["release"].sha, 1, self._ns, *self._args(handle))
-        also(pipe)
-        results = await pipe.execute(raise_on_error=False)
-        if isinstance(results[0], NoScriptError):  # Redis restarted or flushed its scripts
-            await self._call("release", handle)
-        for result in results:
-            if isinstance(result, Exception) and not isinstance(result, NoScriptError):
-                raise result
+    def _eval(self, name: str, *args: str | int | float) -> Command:
+        return ("EVALSHA", self._scripts[name][0], 1, self._ns, *self._args(*args))
+
+    async def _send(self, *commands: Command) -> list[Any]:
+        """One round trip. A script Redis has forgotten (restarted, flushed) is loaded and only
+        that command sent again; any other error reply is raised."""
+        replies = await self._lane.execute(*commands)
+        forgotten = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if forgotten:
+            await self._lane.execute(*(("SCRIPT", "LOAD", text) for _, text in self._scripts.values()))
+            again = await self._lane.execute(*(commands[i] for i in forgotten))
+            for i, reply in zip(forgotten, again):
+                replies[i] = reply
+        error = first_error(replies)
+        if error is not None:
+            raise error
+        return replies
 
     def _args(self, *args: str | int | float) -> list[str | int | float]:
         return [self._clock(), self._ttl, self._ticket_ttl, self._reserve, *args]

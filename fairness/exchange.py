@@ -11,7 +11,6 @@ import logging
 import time
 
 import redis.exceptions
-from redis.asyncio.client import Pipeline
 
 from fairness import metrics, usage
 from fairness.admission import Demand, Grant, QueueFull, QueueTimeout
@@ -19,6 +18,7 @@ from fairness.connections import redis_async
 from fairness.errors import ApiError
 from fairness.gateway import gateway
 from fairness.keys import KeyInfo
+from fairness.redis_lane import Command
 from fairness.relay import StreamTally
 from fairness.replicas import ReplicaInfo
 
@@ -108,17 +108,20 @@ class Exchange:
         """The lease back and the usage recorded, in one round trip."""
         try:
             if self.grant is not None:
-                await gateway.admission().release(self.grant, also=self._account)
+                await gateway.admission().release(self.grant, also=self._accounting())
             else:
                 pipe = redis_async().pipeline(transaction=False)
-                self._account(pipe)
+                for command in self._accounting():
+                    pipe.execute_command(*command)
                 await pipe.execute()
         except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
             log.warning("could not settle %s", self.event["request_id"], exc_info=True)
 
-    def _account(self, pipe: Pipeline) -> None:
-        usage.queue(pipe, self.event)
-        metrics.count(pipe, self.event, admitted=self.grant is not None, refusal=self.refusal)
+    def _accounting(self) -> list[Command]:
+        return [
+            usage.command(self.event),
+            *metrics.commands(self.event, admitted=self.grant is not None, refusal=self.refusal),
+        ]
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event

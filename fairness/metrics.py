@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from redis.asyncio.client import Pipeline
+from fairness.redis_lane import Command
 
 from fairness.admission import Stats
 from fairness.connections import redis_async
@@ -79,13 +79,12 @@ def increments(event: UsageEvent, *, admitted: bool, refusal: str | None) -> dic
     return fields
 
 
-def count(pipe: Pipeline, event: UsageEvent, *, admitted: bool, refusal: str | None) -> None:
-    """Queue this request's counter bumps on the usage record's pipeline (no round trip)."""
-    for field, amount in increments(event, admitted=admitted, refusal=refusal).items():
-        if isinstance(amount, float):
-            pipe.hincrbyfloat(METRICS_HASH, field, amount)
-        else:
-            pipe.hincrby(METRICS_HASH, field, amount)
+def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
+    """This request's counter bumps, sent with its usage record (no round trip of their own)."""
+    return [
+        ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", METRICS_HASH, field, amount)
+        for field, amount in increments(event, admitted=admitted, refusal=refusal).items()
+    ]
 
 
 @dataclass(frozen=True)

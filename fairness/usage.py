@@ -12,7 +12,7 @@ from typing import NotRequired, TypedDict
 
 import redis
 from django.db import transaction
-from redis.asyncio.client import Pipeline
+from fairness.redis_lane import Command
 
 from fairness import rollup
 from fairness.models import ApiKey, UsageRecord
@@ -38,10 +38,10 @@ class UsageEvent(TypedDict):
     at: float
 
 
-def queue(pipe: Pipeline, event: UsageEvent) -> None:
-    """Add the event to ``pipe``: the gateway sends it in the round trip that gives its lease
-    back, so accounting costs the request path no round trip of its own."""
-    pipe.rpush(USAGE_LIST, json.dumps(event))
+def command(event: UsageEvent) -> Command:
+    """The Redis command that queues the event: the gateway sends it in the round trip that
+    gives its lease back, so accounting costs the request path no round trip of its own."""
+    return ("RPUSH", USAGE_LIST, json.dumps(event))
 
 
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:

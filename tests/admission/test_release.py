@@ -141,7 +141,7 @@ async def test_release_sends_the_callers_commands_in_the_same_round_trip(
     holder = await admitted(admission, alice)
     waiting = await enqueue(admission, zed)
     note = f"{prefix}:note"
-    await admission.release(holder, also=lambda pipe: pipe.rpush(note, "settled"))
+    await admission.release(holder, also=[("RPUSH", note, "settled")])
     await admission.release(await granted(waiting))  # the release still granted the next one
     await assert_idle(admission)
     async with _client(redis_url) as client:
@@ -155,7 +155,7 @@ async def test_release_with_commands_survives_redis_forgetting_its_scripts(
     holder = await admitted(admission, alice)
     async with _client(redis_url) as client:
         await client.script_flush()  # as after a Redis restart
-        await admission.release(holder, also=lambda pipe: pipe.rpush(f"{prefix}:note", "settled"))
+        await admission.release(holder, also=[("RPUSH", f"{prefix}:note", "settled")])
         assert await client.llen(f"{prefix}:note") == 1
     await assert_idle(admission)
 

@@ -52,8 +52,8 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
         client = redis.asyncio.Redis.from_url(redis_url)
         done = event()
         pipe = client.pipeline(transaction=False)
-        usage.queue(pipe, done)
-        metrics.count(pipe, done, admitted=True, refusal=None)
+        for command in (usage.command(done), *metrics.commands(done, admitted=True, refusal=None)):
+            pipe.execute_command(*command)
         await pipe.execute()
         await client.aclose()
 

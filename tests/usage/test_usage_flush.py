@@ -24,7 +24,7 @@ def push(redis_url: str, *events: usage.UsageEvent) -> None:
         client = redis.asyncio.Redis.from_url(redis_url)
         pipe = client.pipeline(transaction=False)
         for item in events:
-            usage.queue(pipe, item)
+            pipe.execute_command(*usage.command(item))
         await pipe.execute()
         await client.aclose()
 

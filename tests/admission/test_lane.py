@@ -1,0 +1,139 @@
+"""The multiplexed Redis lane against a real Redis: order, errors, failures, set-up."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aredis
+from redis.exceptions import AuthenticationError, ConnectionError, NoScriptError, ResponseError, TimeoutError
+
+from fairness.redis_lane import RedisLane
+from tests.conftest import free_port
+from tests.polling import async_wait_for, wait_for
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aredis.Redis]:
+    client = aredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def lane(client: aredis.Redis) -> AsyncIterator[RedisLane]:
+    lane = RedisLane.like(client)
+    yield lane
+    await lane.aclose()
+
+
+async def test_many_batches_at_once_each_get_their_own_replies(lane: RedisLane, prefix: str) -> None:
+    async def one(n: int) -> list[object]:
+        return await lane.execute(("INCRBY", f"{prefix}:{n}", n), ("GET", f"{prefix}:{n}"), ("ECHO", str(n)))
+
+    replies = await asyncio.gather(*(one(n) for n in range(300)))
+    assert replies == [[n, str(n).encode(), str(n).encode()] for n in range(300)]
+
+
+async def test_an_error_reply_comes_back_in_its_place_and_the_rest_still_run(lane: RedisLane, prefix: str) -> None:
+    key = f"{prefix}:word"
+    ok, failed, value = await lane.execute(("SET", key, "v"), ("INCR", key), ("GET", key))
+    assert (ok, value) == (b"OK", b"v")
+    assert isinstance(failed, ResponseError)
+    (missing,) = await lane.execute(("EVALSHA", "0" * 40, 0))
+    assert isinstance(missing, NoScriptError)
+
+
+async def test_it_works_in_the_database_of_the_client_it_is_like(
+    lane: RedisLane, client: aredis.Redis, prefix: str
+) -> None:
+    await lane.execute(("SET", f"{prefix}:here", "1"))
+    assert await client.get(f"{prefix}:here") == b"1"
+
+
+async def test_a_caller_that_gives_up_does_not_shift_the_replies_of_others(lane: RedisLane, prefix: str) -> None:
+    with pytest.raises(asyncio.TimeoutError):  # gives up after its command went out
+        await asyncio.wait_for(lane.execute(("BLPOP", f"{prefix}:never", "0.3")), timeout=0.05)
+    assert await lane.execute(("ECHO", "mine")) == [b"mine"]  # not the BLPOP's nil
+
+
+async def test_a_killed_connection_fails_what_was_in_flight_and_the_next_batch_reconnects(
+    lane: RedisLane, client: aredis.Redis, prefix: str
+) -> None:
+    (before,) = await lane.execute(("CLIENT", "ID"))
+    blocked = asyncio.ensure_future(lane.execute(("BLPOP", f"{prefix}:never", "0")))
+
+    async def blocking() -> bool:
+        return any(int(c["id"]) == before and c["cmd"] == "blpop" for c in await client.client_list())
+
+    await async_wait_for(blocking, timeout=5, what="the lane's BLPOP to block")
+    await client.client_kill_filter(_id=before)
+    with pytest.raises(ConnectionError):
+        await blocked
+    (after,) = await lane.execute(("CLIENT", "ID"))
+    assert after != before
+
+
+async def test_a_server_that_does_not_answer_in_time_is_a_timeout_and_the_lane_recovers(
+    client: aredis.Redis, prefix: str
+) -> None:
+    lane = RedisLane(client.connection_pool.connection_kwargs, client.connection_pool.connection_class, timeout=0.3)
+    try:
+        with pytest.raises(TimeoutError):
+            await lane.execute(("BLPOP", f"{prefix}:never", "0"))
+        assert await lane.execute(("ECHO", "again")) == [b"again"]
+    finally:
+        await lane.aclose()
+
+
+async def test_a_closed_port_is_a_connection_error() -> None:
+    lane = RedisLane({"host": "127.0.0.1", "port": free_port()}, aredis.Connection)
+    with pytest.raises(ConnectionError):
+        await lane.execute(("PING",))
+
+
+@pytest.fixture
+def guarded_redis() -> Iterator[int]:
+    """A private redis-server that wants a password."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--requirepass", "sesame", "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+    def answers() -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(port=port, password="sesame").ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+    try:
+        wait_for(answers, timeout=10, what="the private redis-server to answer")
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_it_authenticates_and_selects_the_database_from_the_url(guarded_redis: int) -> None:
+    url = f"redis://:sesame@127.0.0.1:{guarded_redis}/3"
+    client = aredis.Redis.from_url(url)
+    lane = RedisLane.like(client)
+    try:
+        assert await lane.execute(("SET", "k", "v")) == [b"OK"]
+        assert await client.get("k") == b"v"  # the same database 3
+        wrong = RedisLane.like(aredis.Redis.from_url(f"redis://:wrong@127.0.0.1:{guarded_redis}/3"))
+        with pytest.raises(AuthenticationError):
+            await wrong.execute(("PING",))
+    finally:
+        await lane.aclose()
+        await client.aclose()
