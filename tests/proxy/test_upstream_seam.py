@@ -1,0 +1,46 @@
+"""Which client carries a proxied request: the lean one for http://, httpx for https://."""
+
+import asyncio
+import dataclasses
+
+import httpx
+import pytest
+
+from fairness import upstream
+from fairness.errors import ApiError
+from tests.conftest import free_port
+from tests.routing.conftest import replica
+
+
+@pytest.fixture
+async def tls_engine():
+    """httpx's client for this loop, answering as an engine behind TLS would (the seam mocked)."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b'{"ok": true}')
+
+    upstream._clients[asyncio.get_running_loop()] = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    return seen
+
+
+async def test_an_engine_behind_tls_is_reached_through_httpx(tls_engine):
+    target = dataclasses.replace(replica("tls", base_url="https://engine.internal:8443"), api_key="engine-secret")
+    answer = await upstream.open_stream(target, "/v1/chat/completions", b"{}", "req-9")
+    assert answer.status_code == 200 and await answer.aread() == b'{"ok": true}'
+    (request,) = tls_engine
+    assert str(request.url) == "https://engine.internal:8443/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer engine-secret"
+    assert request.headers["x-request-id"] == "req-9"
+    await upstream.aclose()
+
+
+async def test_a_plain_http_engine_is_reached_through_the_lean_client():
+    target = replica("down", base_url=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(ApiError) as refused:
+        await upstream.open_stream(target, "/v1/chat/completions", b"{}", "req-1")
+    assert refused.value.status == 502 and refused.value.code == "upstream_unreachable"
+    assert isinstance(refused.value.__cause__, httpx.ConnectError)
+    assert asyncio.get_running_loop() not in upstream._clients  # httpx was never needed
+    await upstream.aclose()
