@@ -1,10 +1,11 @@
 """Scenario 2 of the fairness benchmark: a batch request under saturating interactive load.
 
-Six interactive keys (cap 2 each: 12 admissible, 8 slots) each keep four requests outstanding
-through the gateway: two running and two queued behind the key's cap, so whenever an interactive
-request ends its key already has an eligible ticket waiting (without that, the client's own
-round trip would leave gaps the batch request slips through, and strict priority would look
-like it does not starve anyone). One batch request arrives at a time and we
+Six interactive keys (cap 2 each: 12 admissible, 8 slots) each keep six requests outstanding
+through the gateway: up to two running and the rest queued behind the key's cap, so whenever an
+interactive request ends its key already has eligible tickets waiting (without that, the client's
+own round trip would leave gaps the batch request slips through, and strict priority would look
+like it does not starve anyone; with four per key, a load generator stalled for a few hundred
+milliseconds on this busy box let the queue run dry). One batch request arrives at a time and we
 measure its wait in the gateway's queue (the X-GPUPortal-Queued-Ms header: from its arrival to
 its grant), with its time to first token beside it. With ageing the interactive tier's head
 start is H: a batch ticket outranks every interactive ticket that became eligible later than its
@@ -25,7 +26,7 @@ from bench.load import Call, Target
 from bench.phases import wait_engine_idle
 
 USERS = ("alice", "bob", "dave", "erin", "frank", "grace")
-PER_USER = 4  # outstanding per key: its cap (2) running, two more queued
+PER_USER = 6  # outstanding per key: its cap (2) running, four more queued
 STRICT_HEAD_START = 1e9
 
 
