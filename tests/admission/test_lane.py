@@ -55,6 +55,7 @@ async def test_it_works_in_the_database_of_the_client_it_is_like(
 
 
 async def test_a_caller_that_gives_up_does_not_shift_the_replies_of_others(lane: RedisLane, prefix: str) -> None:
+    assert await lane.execute(("PING",)) == [b"PONG"]  # connected: the next command goes out at once
     with pytest.raises(asyncio.TimeoutError):  # gives up after its command went out
         await asyncio.wait_for(lane.execute(("BLPOP", f"{prefix}:never", "0.3")), timeout=0.05)
     assert await lane.execute(("ECHO", "mine")) == [b"mine"]  # not the BLPOP's nil
