@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -13,7 +11,8 @@ from redis.exceptions import AuthenticationError, ConnectionError, NoScriptError
 
 from fairness.redis_lane import RedisLane
 from tests.conftest import free_port
-from tests.polling import async_wait_for, wait_for
+from tests.polling import async_wait_for
+from tests.redis_server import PrivateRedis
 
 
 @pytest.fixture
@@ -97,42 +96,20 @@ async def test_a_closed_port_is_a_connection_error() -> None:
 
 
 @pytest.fixture
-def guarded_redis() -> Iterator[int]:
+def guarded_redis() -> Iterator[PrivateRedis]:
     """A private redis-server that wants a password."""
-    executable = shutil.which("redis-server")
-    if executable is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--requirepass", "sesame", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-
-    def answers() -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis(port=port, password="sesame").ping())
-        except redis.exceptions.ConnectionError:
-            return False
-
-    try:
-        wait_for(answers, timeout=10, what="the private redis-server to answer")
-        yield port
-    finally:
-        process.terminate()
-        process.wait(10)
+    server = PrivateRedis(password="sesame").start()
+    yield server
+    server.stop()
 
 
-async def test_it_authenticates_and_selects_the_database_from_the_url(guarded_redis: int) -> None:
-    url = f"redis://:sesame@127.0.0.1:{guarded_redis}/3"
-    client = aredis.Redis.from_url(url)
+async def test_it_authenticates_and_selects_the_database_from_the_url(guarded_redis: PrivateRedis) -> None:
+    client = aredis.Redis.from_url(guarded_redis.url(db=3))
     lane = RedisLane.like(client)
     try:
         assert await lane.execute(("SET", "k", "v")) == [b"OK"]
         assert await client.get("k") == b"v"  # the same database 3
-        wrong = RedisLane.like(aredis.Redis.from_url(f"redis://:wrong@127.0.0.1:{guarded_redis}/3"))
+        wrong = RedisLane.like(aredis.Redis.from_url(guarded_redis.url(db=3, password="wrong")))
         with pytest.raises(AuthenticationError):
             await wrong.execute(("PING",))
     finally:
