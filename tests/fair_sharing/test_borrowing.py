@@ -1,6 +1,7 @@
 """Idle capacity is not wasted: a lone batch job borrows all but the reserve."""
 
 import asyncio
+import time
 
 import httpx
 
@@ -20,12 +21,15 @@ def test_a_lone_batch_key_borrows_all_slots_but_the_reserve(gateway, cast, engin
                      for _ in range(10)]
             await wait_async(lambda: engine8.stats()["running"] == 5)
             chat = await send(client, gateway.url, alice, chat_body(alice, max_tokens=5))
+            dropped_at = time.monotonic()  # the engine's log uses the same system-wide clock
             await drop(batch)
-            return chat
+            return chat, dropped_at
 
-    chat = asyncio.run(scenario())
+    chat, dropped_at = asyncio.run(scenario())
     log = engine8.requests()
-    batch_log = [e for e in log if e["user"] == "carol"]
+    # Hanging up frees a stream's lease before the engine has aborted it, and a queued request
+    # granted meanwhile can overlap it there for a moment: judge the steady state before that.
+    batch_log = [e for e in log if e["user"] == "carol" and e["arrived"] < dropped_at]
     assert peak_overlap(batch_log) == 5  # 8 slots less the reserve of 3, not the cap of 2
     assert chat.status_code == 200
     assert int(chat.headers["x-gpuportal-queued-ms"]) < 100  # the reserve was there for alice
