@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
+import functools
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -25,6 +26,19 @@ import httpx
 
 MAX_IDLE_PER_ADDRESS = 256  # as many as a big engine runs at once; more are closed on return
 HIGH_WATER = 256 * 1024  # buffered body bytes before the engine is asked to wait for a slow client
+
+
+class EngineAnswer(Protocol):
+    """An engine's response: its status once the headers are in, its body read or streamed
+    (this client's EngineResponse, or httpx's Response for an engine behind TLS)."""
+
+    status_code: int
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Connection(asyncio.Protocol):
@@ -36,9 +50,10 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
-        self._reset_exchange()
+        self.reset()
 
-    def _reset_exchange(self) -> None:
+    def reset(self) -> None:
+        """Ready for the next exchange on this connection."""
         self.parser = httptools.HttpResponseParser(self)
         self.status_code = 0
         self.headers_done = False
@@ -210,7 +225,7 @@ class _Pool:
         if len(idle) >= MAX_IDLE_PER_ADDRESS:
             connection.close()
             return
-        connection._reset_exchange()
+        connection.reset()
         idle.append(connection)
 
     def close(self) -> None:
@@ -238,6 +253,7 @@ def close_pool() -> None:
         pool.close()
 
 
+@functools.lru_cache(maxsize=256)  # a handful of replica URLs, parsed once, not per request
 def _address(url: str) -> tuple[tuple[str, int], str, str]:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:

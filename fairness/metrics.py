@@ -29,12 +29,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from fairness.redis_lane import Command
 
 from fairness.admission import Stats
 from fairness.connections import redis_async
 from fairness.gateway import gateway
 from fairness.models import Tier
+from fairness.redis_lane import Command
 
 if TYPE_CHECKING:
     from fairness.usage import UsageEvent

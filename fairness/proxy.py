@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from fairness import routing, upstream, validation
+from fairness.engine_http import EngineAnswer
 from fairness.errors import ApiError
 from fairness.exchange import Exchange, demand_of
 from fairness.gateway import gateway
@@ -141,7 +142,7 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
 async def _forward(
     candidates: list[ReplicaInfo], routed: bool, exchange: Exchange, parsed: validation.ProxyRequest,
     body: bytes, path: str, request_id: str, engine_priority: int,
-) -> tuple[ReplicaInfo, upstream.EngineAnswer]:
+) -> tuple[ReplicaInfo, EngineAnswer]:
     """Send to the first candidate; if it fails before answering anything, once to the next."""
     for attempt, replica in enumerate(candidates):
         last = attempt == len(candidates) - 1
@@ -170,7 +171,7 @@ async def _forward(
 
 
 def _streaming(
-    response: upstream.EngineAnswer, replica: ReplicaInfo, exchange: Exchange,
+    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange,
     parsed: validation.ProxyRequest, headers: dict[str, str],
 ) -> StreamingHttpResponse:
     relay = Relay(
@@ -188,7 +189,7 @@ def _streaming(
 
 
 async def _whole_response(
-    response: upstream.EngineAnswer, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
+    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
 ) -> HttpResponse:
     try:
         raw = await response.aread()
@@ -209,7 +210,7 @@ async def _whole_response(
     return result
 
 
-async def _engine_error(response: upstream.EngineAnswer, replica: ReplicaInfo) -> ApiError:
+async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:
     """The engine's own error, kept when it is a client error and OpenAI-shaped enough."""
     try:
         raw = await response.aread()

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from fairness.errors import ApiError
-from fairness.upstream import EngineAnswer
+from fairness.engine_http import EngineAnswer
 
 EVENT_END = b"\n\n"
 UNSTARTED_GRACE_SECONDS = 10.0

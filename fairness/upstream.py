@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from typing import Protocol
 
 import httpx
 from django.conf import settings
 
 from fairness import engine_http
+from fairness.engine_http import EngineAnswer
 from fairness.errors import ApiError
 from fairness.replicas import ReplicaInfo
 
@@ -49,18 +48,6 @@ def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
     return ApiError(502, f"The engine ({replica.name}) is unreachable.", "upstream_unreachable")
 
 
-class EngineAnswer(Protocol):
-    """An engine's response: its status once the headers are in, its body read or streamed."""
-
-    status_code: int
-
-    async def aread(self) -> bytes: ...
-
-    def aiter_raw(self) -> AsyncIterator[bytes]: ...
-
-    async def aclose(self) -> None: ...
-
-
 async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: str) -> EngineAnswer:
     """POST to the replica and return once the response headers are in; the body streams.
 
@@ -78,7 +65,8 @@ async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: 
                 read_timeout=settings.GP_UPSTREAM_READ_TIMEOUT,
             )
         pooled = client()
-        return await pooled.send(pooled.build_request("POST", replica.base_url + path, content=body, headers=headers), stream=True)
+        request = pooled.build_request("POST", replica.base_url + path, content=body, headers=headers)
+        return await pooled.send(request, stream=True)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
 

@@ -12,10 +12,10 @@ from typing import NotRequired, TypedDict
 
 import redis
 from django.db import transaction
-from fairness.redis_lane import Command
 
 from fairness import rollup
 from fairness.models import ApiKey, UsageRecord
+from fairness.redis_lane import Command
 
 USAGE_LIST = "gp:usage"
 FLUSH_LOCK = "gp:usage:flush-lock"
