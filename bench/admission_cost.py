@@ -28,7 +28,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from bench import measures, report
 from bench.harness import private_redis
-from fairness.admission import Admission, Demand, Grant
+from fairness.scheduling.admission import Admission, Demand, Grant
 
 GROUP = "bench-model"
 CAPPED_KEYS = 100

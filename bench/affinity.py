@@ -202,9 +202,9 @@ def least_loaded(names: Sequence[str]) -> Choose:
 
 def rendezvous(p: Portal) -> Choose:
     """The gateway's conversation key and rendezvous order; always the first choice."""
-    from fairness import routing
+    from fairness.scheduling import routing
     from fairness.models import Replica
-    from fairness.replicas import ReplicaInfo
+    from fairness.scheduling.directory import ReplicaInfo
 
     replicas = [ReplicaInfo.of(r) for r in Replica.objects.order_by("name")]
     return lambda body, session, busy: routing.preference(

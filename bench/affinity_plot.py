@@ -32,7 +32,7 @@ Samples = list[tuple[float, list[int]]]  # (perf_counter, in flight per replica 
 
 def scrape(p: Portal) -> dict[str, dict[str, float]]:
     """Per engine: the /metrics counters (prefix cache, preemptions) and /sim/stats figures."""
-    from fairness.telemetry import parse_metrics
+    from fairness.telemetry.metrics_parser import parse_metrics
 
     out = {}
     for i, sim in enumerate(p.engines):
@@ -56,7 +56,7 @@ async def sample_routing(redis_url: str, names: Sequence[str], out: Samples) -> 
     """The gateway's in-flight counts per replica (what bounded load reads) every 20 ms."""
     import redis.asyncio
 
-    from fairness import routing
+    from fairness.scheduling import routing
 
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
@@ -72,7 +72,7 @@ async def gateway_leftovers(p: Portal, names: Sequence[str]) -> dict[str, Any]:
     """Leases and routing counts still held after the last client left: both must be zero."""
     import redis.asyncio
 
-    from fairness import routing
+    from fairness.scheduling import routing
 
     leases = await load.admission_settled(p.redis_url, "gp", timeout=5.0)
     client = redis.asyncio.Redis.from_url(p.redis_url)

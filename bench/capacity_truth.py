@@ -27,15 +27,16 @@ PROFILES = {"seed": (), "steep": ("--step-per-seq-ms", "2")}
 
 
 def poll() -> None:
-    from fairness import polling, upstream
-    from fairness.connections import redis_async
+    from fairness.telemetry import polling
+    from fairness.gateway import engine_client
+    from fairness.store.redis_clients import redis_async
 
     async def once() -> None:
         try:
             await polling.poll_once()
         finally:
             await redis_async().aclose()
-            await upstream.client().aclose()
+            await engine_client.client().aclose()
 
     asyncio.run(once())
 
@@ -50,7 +51,7 @@ def until(condition, timeout: float, what: str) -> None:
 
 def run_profile(name: str, extra: tuple[str, ...], speed: float, polls: int) -> dict[str, Any]:
     with portal(members={}, engines=[EngineSpec(max_num_seqs=8, speed=speed, extra_args=extra)], gateways=0) as p:
-        from fairness import published  # Django is set up by the portal
+        from fairness.telemetry import capacity_store  # Django is set up by the portal
 
         engine = p.engines[0]
         measured: dict[int, float] = {}
@@ -70,7 +71,7 @@ def run_profile(name: str, extra: tuple[str, ...], speed: float, polls: int) -> 
             until(lambda: engine.stats()["running"] == 0, 30, "drain")
             rate = (end["generation_tokens"] - start["generation_tokens"]) / (end["clock"] - start["clock"])
             measured[n] = rate / n
-        estimate = published.refit()[p.model]
+        estimate = capacity_store.refit()[p.model]
         assert estimate is not None, "no estimate: too few samples"
         rows = [{"users": n, "measured": measured[n], "published": estimate.per_user(n),
                  "ratio": estimate.per_user(n) / measured[n]} for n in USERS]

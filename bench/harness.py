@@ -166,7 +166,7 @@ def flush_redis(redis_url: str) -> None:
 def _reset_tables(tiers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
-    from fairness.defaults import DEFAULT_TIERS
+    from fairness.demo.default_tiers import DEFAULT_TIERS
     from fairness.models import ApiKey, Replica, Tier, UsageRecord
 
     UsageRecord.objects.all().delete()
@@ -188,7 +188,7 @@ def _reset_tables(tiers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any]) -> dict[str, Member]:
     from django.contrib.auth import get_user_model
 
-    from fairness.keys import issue_key
+    from fairness.gateway.api_keys import issue_key
 
     issued = {}
     for username, tier_name in members.items():

@@ -6,4 +6,5 @@ class FairnessConfig(AppConfig):
     verbose_name = "Fair sharing"
 
     def ready(self) -> None:
-        from fairness import signals  # noqa: F401  (connects the receivers)
+        # The receivers and the Django admin's registrations live with the portal.
+        from fairness.portal import django_admin, signals  # noqa: F401

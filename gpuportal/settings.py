@@ -76,7 +76,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "fairness.nul_guard.refuse_nul",
+    "fairness.portal.middleware.refuse_nul",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -100,6 +100,11 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # The pages' template tags live with the pages, not at the app's root.
+            "libraries": {
+                "figures": "fairness.portal.templatetags.figures",
+                "nav": "fairness.portal.templatetags.nav",
+            },
         },
     },
 ]

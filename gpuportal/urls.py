@@ -3,13 +3,13 @@ from django.urls import include, path
 
 from django.contrib.auth import views as auth_views
 
-from fairness.api import api
-from fairness.signin import SignInView
+from fairness.portal.public_api import api
+from fairness.portal.signin import SignInView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", include("fairness.urls")),
+    path("", include("fairness.portal.urls")),
 ]

@@ -133,7 +133,7 @@ class Member:
 @pytest.fixture
 def tiers(transactional_db):
     """The seeded tiers (table flushes between live tests remove the migration's rows)."""
-    from fairness.defaults import ensure_default_tiers
+    from fairness.demo.default_tiers import ensure_default_tiers
     from fairness.models import Tier
 
     return ensure_default_tiers(Tier)
@@ -144,7 +144,7 @@ def cast(tiers) -> dict[str, Member]:
     """alice and bob are interactive, carol runs batch jobs."""
     from django.contrib.auth import get_user_model
 
-    from fairness.keys import issue_key
+    from fairness.gateway.api_keys import issue_key
 
     members = {}
     for username, tier_name in (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch")):

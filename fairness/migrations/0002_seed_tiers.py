@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from fairness.defaults import DEFAULT_TIERS, ensure_default_tiers
+from fairness.demo.default_tiers import DEFAULT_TIERS, ensure_default_tiers
 
 
 def seed(apps, schema_editor):

@@ -1,6 +1,6 @@
 import pytest
 
-from fairness.operations import Actor, issue_admin_token
+from fairness.portal.actions import Actor, issue_admin_token
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fairness.keys import hash_secret
+from fairness.gateway.api_keys import hash_secret
 from fairness.models import ApiKey, AuditEntry, Replica, Tier
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from fairness.admission import Admission, Demand, Grant
+from fairness.scheduling.admission import Admission, Demand, Grant
 
 GROUP = "tiny-llm"
 INTERACTIVE = Demand(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from fairness.admission import Admission, Grant
+from fairness.scheduling.admission import Admission, Grant
 
 from .conftest import (
     GROUP,

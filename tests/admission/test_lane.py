@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aredis
 from redis.exceptions import AuthenticationError, ConnectionError, NoScriptError, ResponseError, TimeoutError
 
-from fairness.redis_lane import RedisLane
+from fairness.store.redis_lane import RedisLane
 from tests.conftest import free_port
 from tests.polling import async_wait_for
 from tests.redis_server import PrivateRedis

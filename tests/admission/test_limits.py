@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from fairness.admission import Admission, QueueFull, QueueTimeout
+from fairness.scheduling.admission import Admission, QueueFull, QueueTimeout
 
 from .conftest import (
     GROUP,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fairness.admission import Admission, Grant
+from fairness.scheduling.admission import Admission, Grant
 
 from .conftest import (
     GROUP,

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from fairness.admission import Admission
+from fairness.scheduling.admission import Admission
 
 from .conftest import GROUP, alice, bob, carol, eventually, like, queued, start
 

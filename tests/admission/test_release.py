@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aredis
 
-from fairness.admission import Admission, Grant
+from fairness.scheduling.admission import Admission, Grant
 
 from .conftest import (
     GROUP,

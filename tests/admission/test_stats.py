@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aredis
 
-from fairness.admission import Admission
+from fairness.scheduling.admission import Admission
 
 from .conftest import GROUP, FakeClock, admitted, alice, bob, carol, enqueue, granted, like
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio as aredis
 
-from fairness.admission import Admission
+from fairness.scheduling.admission import Admission
 
 from .conftest import (
     GROUP,

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import redis.asyncio as aredis  # noqa: E402
 
-from fairness.admission import Admission, Demand, Grant, QueueFull, QueueTimeout  # noqa: E402
+from fairness.scheduling.admission import Admission, Demand, Grant, QueueFull, QueueTimeout  # noqa: E402
 
 # KEYS[1] checker prefix. ARGV: +1/-1, key, pool, group, borrowed 0/1, key cap, pool cap (-1 =
 # none), capacity, reserve. Returns the number of invariants found broken by this step.

@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from fairness import polling, rollup
+from fairness.telemetry import polling
+from fairness.telemetry import usage_rollup
 from fairness.models import ApiKey, AuditEntry, SaturationAlert, UsageHourly
 from tests.conftest import MODEL
 
@@ -43,9 +44,9 @@ def usage_history(key: ApiKey) -> None:
     """A fortnight of alice's usage, so her chart has something to draw."""
     now = timezone.now().replace(minute=0, second=0, microsecond=0)
     for days_ago in range(14):
-        waits = [0] * rollup.BUCKETS
-        waits[rollup.bucket_of(100)] = 10 + days_ago
-        waits[rollup.bucket_of(2500)] = 1
+        waits = [0] * usage_rollup.BUCKETS
+        waits[usage_rollup.bucket_of(100)] = 10 + days_ago
+        waits[usage_rollup.bucket_of(2500)] = 1
         UsageHourly.objects.create(key=key, hour=now - dt.timedelta(days=days_ago), requests=11 + days_ago,
                                    prompt_tokens=4000 + 300 * days_ago, completion_tokens=1500 + 90 * (days_ago % 5),
                                    queue_wait_counts=waits)

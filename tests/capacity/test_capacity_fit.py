@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from fairness.capacity import (
+from fairness.telemetry.capacity_model import (
     NOT_ENOUGH_DATA,
     SEED_STEP_RATIO,
     CapacityEstimate,

@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from fairness.capacity import Sample, sample_from_scrapes
-from fairness.telemetry import Snapshot
+from fairness.telemetry.capacity_model import Sample, sample_from_scrapes
+from fairness.telemetry.metrics_parser import Snapshot
 
 BASE = Snapshot(
     running=4, waiting=0, waiting_capacity=None, kv_usage=0.3,

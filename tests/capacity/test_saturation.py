@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fairness.saturation import Figures, SaturationDetector, Transition
+from fairness.telemetry.saturation import Figures, SaturationDetector, Transition
 
 POLL = 2.0
 

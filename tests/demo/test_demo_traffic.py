@@ -8,7 +8,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from fairness import traffic
+from fairness.demo import traffic_generator
 from tests.conftest import MODEL
 
 
@@ -25,11 +25,11 @@ def test_the_command_sends_a_batch_job_through_the_gateway_and_stops(gateway, re
 
 
 def test_chatting_users_converse_and_are_counted(gateway, replica, cast):
-    plan = traffic.TrafficPlan(
+    plan = traffic_generator.TrafficPlan(
         url=gateway.url, model=MODEL, interactive_keys=(cast["alice"].secret, cast["bob"].secret),
         chat_max_tokens=40, think_seconds=(0.0, 0.1), seed=1,
     )
-    tally = asyncio.run(traffic.run(plan, duration=2.0))
+    tally = asyncio.run(traffic_generator.run(plan, duration=2.0))
     assert tally.requests >= 4 and tally.tokens > 0
     assert tally.failed == 0 and tally.refused == 0
 

@@ -6,7 +6,7 @@ import httpx
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairness.keys import issue_key
+from fairness.gateway.api_keys import issue_key
 from fairness.models import Replica
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.fair_sharing.conftest import admission_stats, wait_async

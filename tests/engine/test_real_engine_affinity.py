@@ -2,7 +2,7 @@
 
 import time
 
-from fairness.telemetry import parse_metrics
+from fairness.telemetry.metrics_parser import parse_metrics
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 
 SYSTEM = "You are a careful assistant for a research group. " * 12  # a few 128-token blocks

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from fairness.admission import Admission
+from fairness.scheduling.admission import Admission
 from tests.conftest import MODEL, TEST_REDIS_URL, Member
 
 

@@ -7,9 +7,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from fairness.epoch import EPOCH_KEY, EpochWatch
-from fairness.errors import ApiError
-from fairness.keys import KeyCache, hash_secret, issue_key, mint_secret
+from fairness.store.config_epoch import EPOCH_KEY, EpochWatch
+from fairness.gateway.errors import ApiError
+from fairness.gateway.api_keys import KeyCache, hash_secret, issue_key, mint_secret
 from fairness.models import ApiKey, Replica
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,8 @@ import time
 import redis.asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fairness import metrics, usage
+from fairness.telemetry import gateway_metrics
+from fairness.telemetry import usage
 from fairness.models import UsageRecord
 from tests.metrics.conftest import Samples
 
@@ -22,7 +23,7 @@ def event(**overrides) -> usage.UsageEvent:
 
 
 def test_a_served_request_counts_itself_its_tokens_and_its_wait_bucket():
-    assert metrics.increments(event(), admitted=True, refusal=None) == {
+    assert gateway_metrics.increments(event(), admitted=True, refusal=None) == {
         "req|interactive|200|chat": 1,
         "tok|interactive|prompt": 12,
         "tok|interactive|completion": 34,
@@ -33,18 +34,18 @@ def test_a_served_request_counts_itself_its_tokens_and_its_wait_bucket():
 
 def test_a_refused_request_counts_as_a_rejection_and_has_no_wait():
     refused = event(status=429, replica="", prompt_tokens=0, completion_tokens=0, queued_ms=0)
-    assert metrics.increments(refused, admitted=False, refusal="queue_full") == {
+    assert gateway_metrics.increments(refused, admitted=False, refusal="queue_full") == {
         "req|interactive|429|chat": 1,
         "rej|interactive|queue_full": 1,
     }
-    assert metrics.increments(event(status=429), admitted=True, refusal=None)["rej|interactive|engine"] == 1
+    assert gateway_metrics.increments(event(status=429), admitted=True, refusal=None)["rej|interactive|engine"] == 1
 
 
 def test_an_engine_failure_counts_against_the_replica_a_client_error_does_not():
-    assert metrics.increments(event(status=502), admitted=True, refusal=None)["uperr|sim-a"] == 1
-    assert metrics.increments(event(status=504), admitted=True, refusal=None)["uperr|sim-a"] == 1
-    assert "uperr|sim-a" not in metrics.increments(event(status=400), admitted=True, refusal=None)
-    assert "uperr|sim-a" not in metrics.increments(event(status=499), admitted=True, refusal=None)
+    assert gateway_metrics.increments(event(status=502), admitted=True, refusal=None)["uperr|sim-a"] == 1
+    assert gateway_metrics.increments(event(status=504), admitted=True, refusal=None)["uperr|sim-a"] == 1
+    assert "uperr|sim-a" not in gateway_metrics.increments(event(status=400), admitted=True, refusal=None)
+    assert "uperr|sim-a" not in gateway_metrics.increments(event(status=499), admitted=True, refusal=None)
 
 
 def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client):
@@ -52,14 +53,14 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
         client = redis.asyncio.Redis.from_url(redis_url)
         done = event()
         pipe = client.pipeline(transaction=False)
-        for command in (usage.command(done), *metrics.commands(done, admitted=True, refusal=None)):
+        for command in (usage.command(done), *gateway_metrics.commands(done, admitted=True, refusal=None)):
             pipe.execute_command(*command)
         await pipe.execute()
         await client.aclose()
 
     asyncio.run(go())
     assert redis_client.llen(usage.USAGE_LIST) == 1
-    stored = {k.decode(): float(v) for k, v in redis_client.hgetall(metrics.METRICS_HASH).items()}
+    stored = {k.decode(): float(v) for k, v in redis_client.hgetall(gateway_metrics.METRICS_HASH).items()}
     assert stored == {"req|interactive|200|chat": 1, "tok|interactive|prompt": 12,
                       "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3}
 
@@ -82,7 +83,7 @@ def test_the_scrape_makes_buckets_cumulative_and_shows_idle_tiers_as_zero():
             "tiers": {"batch": {"in_flight": 1, "borrowed": 0, "queued": 3, "longest_wait": 2.5}},
             "keys": {}, "longest_wait": 2.5}
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics.GatewayCollector(metrics.Snapshot(counters, live, ["batch", "interactive"])))
+    registry.register(gateway_metrics.GatewayCollector(gateway_metrics.Snapshot(counters, live, ["batch", "interactive"])))
     samples = Samples(generate_latest(registry).decode())
     bucket = "gpuportal_queue_wait_seconds_bucket"
     assert samples.get(bucket, tier="batch", le="0.005") == 2

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from fairness import tasks, traffic
+from fairness.telemetry import tasks
+from fairness.demo import traffic_generator
 from tests.conftest import LOG_DIR, MODEL, Member
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def polling(interval: float = 0.25) -> Iterator[None]:
 
 
 @contextmanager
-def running_traffic(plan: traffic.TrafficPlan) -> Iterator[None]:
+def running_traffic(plan: traffic_generator.TrafficPlan) -> Iterator[None]:
     """The demo's traffic generator in a thread; leaving the block cancels it, as Ctrl-C would."""
     ready = threading.Event()
     handle: dict = {}
@@ -66,7 +67,7 @@ def running_traffic(plan: traffic.TrafficPlan) -> Iterator[None]:
         handle["loop"] = asyncio.get_running_loop()
         handle["task"] = asyncio.current_task()
         ready.set()
-        await traffic.run(plan)
+        await traffic_generator.run(plan)
 
     def target() -> None:
         try:
@@ -92,10 +93,10 @@ def running_traffic(plan: traffic.TrafficPlan) -> Iterator[None]:
         raise errors[0]
 
 
-def traffic_plan(gateway_url: str, cast: dict[str, Member]) -> traffic.TrafficPlan:
+def traffic_plan(gateway_url: str, cast: dict[str, Member]) -> traffic_generator.TrafficPlan:
     """The demo's mix, sped up like the test engine: two people chatting and carol's batch job,
     which submits more than her tier runs at once, so the gateway's queue is seen too."""
-    return traffic.TrafficPlan(
+    return traffic_generator.TrafficPlan(
         url=gateway_url, model=MODEL,
         interactive_keys=(cast["alice"].secret, cast["bob"].secret),
         batch_keys=(cast["carol"].secret,), batch_concurrency=4, batch_quiet_seconds=0,

@@ -8,7 +8,7 @@ import pytest
 
 from django.utils import timezone
 
-from fairness.capacity import USER_COUNTS
+from fairness.telemetry.capacity_model import USER_COUNTS
 from fairness.models import SaturationAlert
 from tests.conftest import MODEL
 from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan

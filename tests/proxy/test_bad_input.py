@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from fairness.keys import mint_secret
+from fairness.gateway.api_keys import mint_secret
 from fairness.models import ApiKey, Replica
 from tests.conftest import free_port, start_gateway
 from tests.polling import wait_for

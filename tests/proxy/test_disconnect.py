@@ -2,8 +2,8 @@
 
 import httpx
 
-from fairness import usage
-from fairness.connections import redis_sync
+from fairness.telemetry import usage
+from fairness.store.redis_clients import redis_sync
 from fairness.models import UsageRecord
 from tests.polling import wait_for
 from tests.conftest import MODEL

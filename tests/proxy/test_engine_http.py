@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
-from fairness import engine_http
+from fairness.gateway import engine_http
 from tests.conftest import free_port
 from tests.polling import async_wait_for
 

@@ -2,8 +2,8 @@
 
 import httpx
 
-from fairness import relay as relay_module
-from fairness.relay import Relay
+from fairness.gateway import sse_relay as relay_module
+from fairness.gateway.sse_relay import Relay
 from tests.polling import async_wait_for
 
 EVENTS = (

@@ -6,8 +6,8 @@ import dataclasses
 import httpx
 import pytest
 
-from fairness import upstream
-from fairness.errors import ApiError
+from fairness.gateway import engine_client
+from fairness.gateway.errors import ApiError
 from tests.conftest import free_port
 from tests.routing.conftest import replica
 
@@ -21,26 +21,26 @@ async def tls_engine():
         seen.append(request)
         return httpx.Response(200, content=b'{"ok": true}')
 
-    upstream._clients[asyncio.get_running_loop()] = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    engine_client._clients[asyncio.get_running_loop()] = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     return seen
 
 
 async def test_an_engine_behind_tls_is_reached_through_httpx(tls_engine):
     target = dataclasses.replace(replica("tls", base_url="https://engine.internal:8443"), api_key="engine-secret")
-    answer = await upstream.open_stream(target, "/v1/chat/completions", b"{}", "req-9")
+    answer = await engine_client.open_stream(target, "/v1/chat/completions", b"{}", "req-9")
     assert answer.status_code == 200 and await answer.aread() == b'{"ok": true}'
     (request,) = tls_engine
     assert str(request.url) == "https://engine.internal:8443/v1/chat/completions"
     assert request.headers["authorization"] == "Bearer engine-secret"
     assert request.headers["x-request-id"] == "req-9"
-    await upstream.aclose()
+    await engine_client.aclose()
 
 
 async def test_a_plain_http_engine_is_reached_through_the_lean_client():
     target = replica("down", base_url=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ApiError) as refused:
-        await upstream.open_stream(target, "/v1/chat/completions", b"{}", "req-1")
+        await engine_client.open_stream(target, "/v1/chat/completions", b"{}", "req-1")
     assert refused.value.status == 502 and refused.value.code == "upstream_unreachable"
     assert isinstance(refused.value.__cause__, httpx.ConnectError)
-    assert asyncio.get_running_loop() not in upstream._clients  # httpx was never needed
-    await upstream.aclose()
+    assert asyncio.get_running_loop() not in engine_client._clients  # httpx was never needed
+    await engine_client.aclose()

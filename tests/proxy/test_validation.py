@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from fairness.errors import ApiError
-from fairness.validation import CHAT, COMPLETIONS, parse, upstream_body
+from fairness.gateway.errors import ApiError
+from fairness.gateway.request_parsing import CHAT, COMPLETIONS, parse, upstream_body
 
 CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

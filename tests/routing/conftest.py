@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis.asyncio
 
-from fairness import upstream
-from fairness.replicas import ReplicaInfo
+from fairness.gateway import engine_client
+from fairness.scheduling.directory import ReplicaInfo
 from tests.conftest import QUIET_REDIS_URL
 
 
@@ -86,4 +86,4 @@ async def health_server() -> AsyncIterator[HealthServer]:
     await server.start()
     yield server
     await server.stop()
-    await upstream.aclose()  # the seam's pooled client belongs to this test's loop
+    await engine_client.aclose()  # the seam's pooled client belongs to this test's loop

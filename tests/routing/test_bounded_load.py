@@ -8,7 +8,7 @@ import math
 import random
 from collections import Counter
 
-from fairness.routing import choose, preference
+from fairness.scheduling.routing import choose, preference
 from tests.routing.conftest import replica
 
 
@@ -118,7 +118,7 @@ def test_lightly_loaded_replicas_keep_their_conversations_despite_the_bound():
 
 
 async def test_a_burst_in_one_process_sees_its_own_forwards(aredis, make_replicas):
-    from fairness.routing import LoadBook, plan
+    from fairness.scheduling.routing import LoadBook, plan
 
     replicas = make_replicas(3, max_num_seqs=8)
     book = LoadBook(aredis)

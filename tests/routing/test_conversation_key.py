@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from fairness.routing import choose, conversation_key
+from fairness.scheduling.routing import choose, conversation_key
 
 IDLE: dict[str, int] = {}
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairness.replicas import ReplicaDirectory, ReplicaInfo, deployment_conflict
+from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo, deployment_conflict
 
 
 def replica(name: str, *tiers: str, model: str = "m") -> ReplicaInfo:

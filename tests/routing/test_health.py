@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairness import health
+from fairness.scheduling import health
 from tests.conftest import free_port
 from tests.polling import async_wait_for
 from tests.routing.conftest import replica

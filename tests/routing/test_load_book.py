@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairness.routing import PROCS, LoadBook
+from fairness.scheduling.routing import PROCS, LoadBook
 from tests.polling import async_wait_for
 
 NAMES = ["r0", "r1", "r2"]

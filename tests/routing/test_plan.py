@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fairness import health
-from fairness.routing import LoadBook, plan, preference
+from fairness.scheduling import health
+from fairness.scheduling.routing import LoadBook, plan, preference
 
 
 async def test_plan_follows_the_conversation_when_all_is_well(aredis, make_replicas):

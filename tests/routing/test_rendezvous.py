@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairness.routing import preference
+from fairness.scheduling.routing import preference
 
 KEYS = [f"conversation-{i}" for i in range(10_000)]
 

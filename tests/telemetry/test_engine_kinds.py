@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairness.telemetry import Snapshot, parse_metrics
+from fairness.telemetry.metrics_parser import Snapshot, parse_metrics
 
 NOTHING = dict(
     waiting_capacity=None, kv_usage=None, prefix_cache_queries=None, prefix_cache_hits=None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairness.engines import ENGINES
-from fairness.telemetry import Snapshot, parse_metrics, rates_between
+from fairness.telemetry.engine_kinds import ENGINES
+from fairness.telemetry.metrics_parser import Snapshot, parse_metrics, rates_between
 
 from .conftest import FIXTURES
 

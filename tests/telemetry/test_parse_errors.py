@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairness.telemetry import MetricsParseError, parse_metrics
+from fairness.telemetry.metrics_parser import MetricsParseError, parse_metrics
 
 
 @pytest.mark.parametrize(

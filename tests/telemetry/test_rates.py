@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from fairness.telemetry import Snapshot, rates_between
+from fairness.telemetry.metrics_parser import Snapshot, rates_between
 
 BASE = Snapshot(
     running=1, waiting=0, waiting_capacity=None, kv_usage=0.1,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairness.telemetry import MetricsParseError, parse_metrics
+from fairness.telemetry.metrics_parser import MetricsParseError, parse_metrics
 
 
 def test_it_reads_legacy_gpu_cache_and_gpu_prefix_cache_names(metrics_text):

@@ -7,8 +7,9 @@ import pytest
 
 from enginesim.load import ClosedLoopUsers
 from enginesim.process import EngineSimProcess, start_enginesim
-from fairness import polling, upstream
-from fairness.connections import redis_async
+from fairness.telemetry import polling
+from fairness.gateway import engine_client
+from fairness.store.redis_clients import redis_async
 from fairness.models import Replica
 from tests.conftest import MODEL
 from tests.polling import wait_for
@@ -22,7 +23,7 @@ def run(coro_fn, *args):
             return await coro_fn(*args)
         finally:
             await redis_async().aclose()
-            await upstream.aclose()
+            await engine_client.aclose()
 
     return asyncio.run(wrapped())
 

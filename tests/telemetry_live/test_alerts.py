@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from fairness import alerts
+from fairness.telemetry import alerts
 from fairness.models import Replica, SaturationAlert
-from fairness.saturation import Figures, Transition
+from fairness.telemetry.saturation import Figures, Transition
 from tests.conftest import MODEL, free_port
 from tests.polling import wait_for
 from tests.telemetry_live.conftest import load_on, poll, run

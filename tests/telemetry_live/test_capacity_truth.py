@@ -1,6 +1,6 @@
 """The published per-user figure matches what users measurably get (real processes)."""
 
-from fairness import published
+from fairness.telemetry import capacity_store
 from tests.polling import wait_for
 from tests.telemetry_live.conftest import load_on, poll, running_is
 
@@ -28,7 +28,7 @@ def test_the_published_per_user_figure_is_within_15_percent_of_measured(engine):
             load.stop()
         wait_for(lambda: engine.stats()["running"] == 0, timeout=10, what="the engine to drain")
 
-    estimate = published.refit()["sim"]
+    estimate = capacity_store.refit()["sim"]
     assert estimate is not None and estimate.samples >= 10
     for users, per_user in measured.items():
         ratio = estimate.per_user(users) / per_user

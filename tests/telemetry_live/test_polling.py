@@ -4,7 +4,7 @@ import datetime as dt
 
 from django.utils import timezone
 
-from fairness import polling
+from fairness.telemetry import polling
 from fairness.models import EngineSample
 from tests.telemetry_live.conftest import load_on, poll, run, running_is
 

@@ -4,7 +4,7 @@ import time
 import pytest
 import redis.asyncio
 
-from fairness import usage
+from fairness.telemetry import usage
 from fairness.models import ApiKey, UsageRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,7 +56,7 @@ def test_a_second_flusher_waits_its_turn(cast, redis_client, redis_url):
 
 
 def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url):
-    from fairness import rollup
+    from fairness.telemetry import usage_rollup
     from fairness.models import UsageHourly
 
     alice = cast["alice"]
@@ -68,5 +68,5 @@ def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url)
     usage.flush(redis_client)
     row = UsageHourly.objects.get(key_id=alice.key_id)
     assert (row.requests, row.errors, row.completion_tokens) == (4, 1, 4 * 34)
-    figures = rollup.summary([row])
+    figures = usage_rollup.summary([row])
     assert figures["queue_wait_p50_ms"] == 50 and figures["queue_wait_p95_ms"] == 30000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairness.once import new_token
+from fairness.portal.submit_once import new_token
 from tests.conftest import STAFF_IP  # noqa: F401  (re-exported for the tests here)
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from fairness.keys import hash_secret
+from fairness.gateway.api_keys import hash_secret
 from fairness.models import ApiKey, AuditEntry
 from tests.web_pages.conftest import key_form
 
@@ -140,7 +140,7 @@ def test_rotation_without_grace_revokes_the_old_key_and_a_revoked_key_cannot_rot
 
 
 def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, redis_client):
-    from fairness.live import ADMISSION_NS
+    from fairness.portal.queries import ADMISSION_NS
     from fairness.models import UsageHourly
 
     key = ApiKey.objects.get(pk=cast["carol"].key_id)

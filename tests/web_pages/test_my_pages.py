@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from fairness import rollup
+from fairness.telemetry import usage_rollup
 from fairness.models import ApiKey, Tier, UsageHourly
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,9 +20,9 @@ def hour(days_ago: int) -> dt.datetime:
 
 def waits(**buckets: int) -> list[int]:
     """Queue-wait counts by bucket bound, e.g. waits(ms_50=3)."""
-    counts = [0] * rollup.BUCKETS
+    counts = [0] * usage_rollup.BUCKETS
     for name, n in buckets.items():
-        counts[rollup.bucket_of(int(name.removeprefix("ms_")))] += n
+        counts[usage_rollup.bucket_of(int(name.removeprefix("ms_")))] += n
     return counts
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import Replica, SaturationAlert
-from fairness.polling import LATEST_KEY
+from fairness.telemetry.polling import LATEST_KEY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,7 +76,7 @@ def test_an_alert_shows_its_figures_and_can_be_acknowledged_once(staff, staff_cl
 
 
 def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
-    from fairness.operations import Actor, audit
+    from fairness.portal.actions import Actor, audit
 
     for n in range(120):
         audit(Actor(staff, "10.0.0.1"), "tier.update", f"t{n}")

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
 
-from fairness.keys import hash_secret
+from fairness.gateway.api_keys import hash_secret
 from tests.conftest import MODEL
 from tests.web_pages.conftest import key_form
 

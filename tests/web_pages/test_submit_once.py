@@ -6,44 +6,44 @@ import threading
 
 import pytest
 
-from fairness import once
+from fairness.portal import submit_once
 
 
 def test_a_repeat_learns_the_first_outcome_and_one_in_progress_learns_nothing_yet(redis_url):
-    token = once.new_token()
-    with once.first_submission(token) as record:
-        with pytest.raises(once.Repeated) as during:
-            with once.first_submission(token):
+    token = submit_once.new_token()
+    with submit_once.first_submission(token) as record:
+        with pytest.raises(submit_once.Repeated) as during:
+            with submit_once.first_submission(token):
                 pass
         record("gp-abc12345")
 
-    with pytest.raises(once.Repeated) as after:
-        with once.first_submission(token):
+    with pytest.raises(submit_once.Repeated) as after:
+        with submit_once.first_submission(token):
             pass
 
     assert (during.value.outcome, after.value.outcome) == ("", "gp-abc12345")
 
 
 def test_an_action_that_fails_gives_its_token_back(redis_url):
-    token = once.new_token()
+    token = submit_once.new_token()
     with pytest.raises(RuntimeError):
-        with once.first_submission(token):
+        with submit_once.first_submission(token):
             raise RuntimeError("the database went away")
 
-    with once.first_submission(token) as record:  # the retry runs
+    with submit_once.first_submission(token) as record:  # the retry runs
         record("gp-def67890")
 
 
 def test_of_many_simultaneous_submissions_exactly_one_acts(redis_url):
-    token, acted, start = once.new_token(), [], threading.Barrier(8)
+    token, acted, start = submit_once.new_token(), [], threading.Barrier(8)
 
     def submit() -> None:
         start.wait()
         try:
-            with once.first_submission(token) as record:
+            with submit_once.first_submission(token) as record:
                 acted.append(threading.get_ident())
                 record("gp-once")
-        except once.Repeated:
+        except submit_once.Repeated:
             pass
 
     threads = [threading.Thread(target=submit) for _ in range(8)]

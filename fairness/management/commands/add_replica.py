@@ -2,7 +2,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from fairness.models import Replica
-from fairness.replicas import conflict_if_saved
+from fairness.scheduling.directory import conflict_if_saved
 
 
 class Command(BaseCommand):

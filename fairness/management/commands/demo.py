@@ -17,8 +17,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from fairness.defaults import ensure_default_tiers
-from fairness.keys import issue_key
+from fairness.demo.default_tiers import ensure_default_tiers
+from fairness.gateway.api_keys import issue_key
 from fairness.models import Replica, Tier
 
 CAST = (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch"))

@@ -7,7 +7,7 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fairness import traffic
+from fairness.demo import traffic_generator
 
 
 def _keys(given: list[str] | None, env: str) -> tuple[str, ...]:
@@ -32,14 +32,14 @@ class Command(BaseCommand):
         parser.add_argument("--batch-key", action="append", help="A batch job's key (repeatable; "
                             "default: $GP_TRAFFIC_BATCH_KEYS).")
         parser.add_argument("--batch-concurrency", type=int,
-                            default=traffic.TrafficPlan.batch_concurrency,
+                            default=traffic_generator.TrafficPlan.batch_concurrency,
                             help="Requests each batch job keeps submitted (default %(default)s).")
         parser.add_argument("--minutes", type=float, default=None, help="Stop after this long.")
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, url, model, key, batch_key, batch_concurrency, minutes, seed,
                **options):
-        plan = traffic.TrafficPlan(
+        plan = traffic_generator.TrafficPlan(
             url=url, model=model,
             interactive_keys=_keys(key, "GP_TRAFFIC_KEYS"),
             batch_keys=_keys(batch_key, "GP_TRAFFIC_BATCH_KEYS"),
@@ -60,7 +60,7 @@ class Command(BaseCommand):
             self.stdout.flush()  # promptly, also into the demo's log file
 
         try:
-            tally = asyncio.run(traffic.run(plan, duration, report=report))
+            tally = asyncio.run(traffic_generator.run(plan, duration, report=report))
         except KeyboardInterrupt:
             self.stdout.write("Traffic stopped.")
             return

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from fairness.keys import expiry_in_days, issue_key
+from fairness.gateway.api_keys import expiry_in_days, issue_key
 from fairness.models import Tier
 
 

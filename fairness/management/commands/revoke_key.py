@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from fairness.keys import revoke_by_prefix
+from fairness.gateway.api_keys import revoke_by_prefix
 from fairness.models import ApiKey
 
 

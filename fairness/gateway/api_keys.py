@@ -1,0 +1,170 @@
+"""API keys: minting, hashing, and the gateway's cached lookup."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, close_old_connections, transaction
+from django.utils import timezone
+
+from fairness.gateway.errors import ApiError
+from fairness.models import ApiKey, Tier
+
+SECRET_PREFIX = "gp-"
+VISIBLE_CHARS = 11  # "gp-" and 8 characters: enough to tell keys apart, useless to an attacker
+
+
+def mint_secret() -> str:
+    # 32 random bytes: the hash needs no salt or stretching at this entropy.
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def issue_key(
+    owner: AbstractBaseUser,
+    tier: Tier,
+    *,
+    label: str = "",
+    expires_at: dt.datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; the secret is returned once and never stored."""
+    for _ in range(5):
+        secret = mint_secret()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    owner=owner,
+                    tier=tier,
+                    label=label,
+                    prefix=secret[:VISIBLE_CHARS],
+                    secret_hash=hash_secret(secret),
+                    expires_at=expires_at,
+                )
+            return key, secret
+        except IntegrityError:  # a prefix collision: vanishingly rare, try another secret
+            continue
+    raise RuntimeError("could not mint a unique key prefix")
+
+
+@dataclass(frozen=True)
+class TierPolicy:
+    name: str
+    per_key_concurrency: int
+    pool_concurrency: int | None
+    head_start_seconds: float
+    max_queue_wait_seconds: float
+    max_queued_per_key: int
+    engine_priority: int
+    borrow_idle_slots: bool
+
+    @classmethod
+    def of(cls, tier: Tier) -> "TierPolicy":
+        return cls(
+            name=tier.name,
+            per_key_concurrency=tier.per_key_concurrency,
+            pool_concurrency=tier.pool_concurrency,
+            head_start_seconds=tier.head_start_seconds,
+            max_queue_wait_seconds=tier.max_queue_wait_seconds,
+            max_queued_per_key=tier.max_queued_per_key,
+            engine_priority=tier.engine_priority,
+            borrow_idle_slots=tier.borrow_idle_slots,
+        )
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What the request path needs to know about a key, detached from the ORM."""
+
+    id: int
+    prefix: str
+    owner_id: int
+    tier: TierPolicy
+    expires_at: float | None
+    revoked: bool
+
+
+def parse_bearer(header: str | None) -> str:
+    if not header:
+        raise ApiError(
+            401,
+            "Missing API key. Send it as 'Authorization: Bearer gp-...'.",
+            "missing_api_key",
+        )
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret.startswith(SECRET_PREFIX) or len(secret) < 20:
+        raise ApiError(
+            401,
+            "Malformed API key. Expected 'Authorization: Bearer gp-...'.",
+            "invalid_api_key",
+        )
+    return secret
+
+
+@sync_to_async
+def _load(secret_hash: str) -> KeyInfo | None:
+    # No request cycle closes this thread's connection on the gateway: check it here.
+    close_old_connections()
+    key = ApiKey.objects.select_related("tier").filter(secret_hash=secret_hash).first()
+    if key is None:
+        return None
+    return KeyInfo(
+        id=key.pk,
+        prefix=key.prefix,
+        owner_id=key.owner_id,
+        tier=TierPolicy.of(key.tier),
+        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+        revoked=key.revoked_at is not None,
+    )
+
+
+class KeyCache:
+    """Secret hash → KeyInfo (or None for unknown keys), kept until the config epoch changes."""
+
+    MAX_ENTRIES = 50_000  # unknown keys are cached too, so bound what a key-guessing client can fill
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    async def authenticate(self, authorization: str | None) -> KeyInfo:
+        secret_hash = hash_secret(parse_bearer(authorization))
+        now = self.clock()
+        cached = self._entries.get(secret_hash)
+        if cached is None or now - cached[0] > self.ttl:
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            cached = (now, await _load(secret_hash))
+            self._entries[secret_hash] = cached
+        info = cached[1]
+        if info is None:
+            raise ApiError(401, "Invalid API key.", "invalid_api_key")
+        if info.revoked:
+            raise ApiError(401, "This API key has been revoked.", "revoked_api_key")
+        if info.expires_at is not None and info.expires_at <= time.time():
+            raise ApiError(401, "This API key has expired.", "expired_api_key")
+        return info
+
+
+def revoke_by_prefix(prefix: str) -> ApiKey:
+    key = ApiKey.objects.get(prefix=prefix)
+    key.revoke()
+    return key
+
+
+def expiry_in_days(days: int | None) -> dt.datetime | None:
+    return timezone.now() + dt.timedelta(days=days) if days else None

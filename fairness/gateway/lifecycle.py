@@ -1,0 +1,140 @@
+"""One proxied request's life: its admission lease, its replica's load count, its usage record.
+
+`close()` gives back everything the request held and records what happened, exactly once,
+whichever way the request ends (done, engine error, client gone, cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import redis.exceptions
+
+from fairness.telemetry import gateway_metrics
+from fairness.telemetry import usage
+from fairness.scheduling.admission import Demand, Grant, QueueFull, QueueTimeout
+from fairness.store.redis_clients import redis_async
+from fairness.gateway.errors import ApiError
+from fairness.gateway.runtime import gateway
+from fairness.gateway.api_keys import KeyInfo
+from fairness.store.redis_lane import Command
+from fairness.gateway.sse_relay import StreamTally
+from fairness.scheduling.directory import ReplicaInfo
+
+log = logging.getLogger(__name__)
+_settling: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
+
+
+def demand_of(key: KeyInfo, group: str) -> Demand:
+    tier = key.tier
+    return Demand(
+        key_id=str(key.id),
+        tier=tier.name,
+        per_key_cap=tier.per_key_concurrency,
+        pool_cap=tier.pool_concurrency,
+        head_start_seconds=tier.head_start_seconds,
+        borrow=tier.borrow_idle_slots,
+        max_queued_per_key=tier.max_queued_per_key,
+        max_wait_seconds=tier.max_queue_wait_seconds,
+        group=group,
+    )
+
+
+class Exchange:
+    def __init__(self, request_id: str, key: KeyInfo, endpoint: str, model: str, stream: bool) -> None:
+        self.started = time.perf_counter()
+        self.event: usage.UsageEvent = {
+            "key_id": key.id,
+            "tier": key.tier.name,
+            "request_id": request_id,
+            "endpoint": endpoint,
+            "model": model,
+            "replica": "",
+            "status": 0,
+            "stream": stream,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "queued_ms": 0,
+            "ttft_ms": None,
+            "latency_ms": 0,
+            "at": time.time(),
+        }
+        self.replica: ReplicaInfo | None = None  # the replica whose load count this request holds
+        self.grant: Grant | None = None
+        self.refusal: str | None = None  # why admission answered 429, for the rejection count
+        self._closed = False
+
+    async def admit(self, demand: Demand) -> None:
+        """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
+        try:
+            self.grant = await gateway.admission().acquire(demand)
+        except QueueFull as exc:
+            self.refusal = "queue_full"
+            raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
+        except QueueTimeout as exc:
+            self.refusal = "queue_timeout"
+            raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
+        self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
+
+    def bind(self, replica: ReplicaInfo, routed: bool) -> None:
+        """Send this request to `replica`. When the model has several replicas (`routed`), count
+        it against this one: the routers read the counts. With one there is nothing to choose,
+        and publishing counts nobody reads would cost two Redis writes per request."""
+        self.unbind()
+        self.event["replica"] = replica.name
+        if routed:
+            self.replica = replica
+            gateway.loop_state().load.add(replica.name)
+
+    def unbind(self) -> None:
+        if self.replica is not None:
+            replica, self.replica = self.replica, None
+            gateway.loop_state().load.done(replica.name)
+
+    async def close(self, status: int, tally: StreamTally | None = None) -> None:
+        """Give back and account, once. The Redis work runs in the background: the client
+        need not wait for it, and a cancelled request cannot interrupt it."""
+        if self._closed:
+            return
+        self._closed = True
+        self.unbind()
+        self._finish_event(status, tally)
+        task = asyncio.get_running_loop().create_task(self._settle())
+        _settling.add(task)
+        task.add_done_callback(_settling.discard)
+
+    async def _settle(self) -> None:
+        """The lease back and the usage recorded, in one round trip."""
+        try:
+            if self.grant is not None:
+                await gateway.admission().release(self.grant, also=self._accounting())
+            else:
+                pipe = redis_async().pipeline(transaction=False)
+                for command in self._accounting():
+                    pipe.execute_command(*command)
+                await pipe.execute()
+        except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
+            log.warning("could not settle %s", self.event["request_id"], exc_info=True)
+
+    def _accounting(self) -> list[Command]:
+        return [
+            usage.command(self.event),
+            *gateway_metrics.commands(self.event, admitted=self.grant is not None, refusal=self.refusal),
+        ]
+
+    def _finish_event(self, status: int, tally: StreamTally | None) -> None:
+        event = self.event
+        event["status"] = status
+        event["latency_ms"] = round((time.perf_counter() - self.started) * 1000)
+        if tally is None:
+            return
+        event["prompt_tokens"] = tally.prompt_tokens
+        event["completion_tokens"] = tally.completion_tokens or tally.content_events
+        if tally.first_byte_at is not None:
+            event["ttft_ms"] = round((tally.first_byte_at - self.started) * 1000)
+        if tally.failed:
+            event["status"] = 502
+        elif not tally.finished:
+            event["status"] = 499  # the client went away before the end

@@ -1,0 +1,144 @@
+"""Checks a client's request body before anything is queued or forwarded.
+
+Only what the gateway relies on is checked here; the engine validates the rest and its
+errors pass through to the client.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fairness.gateway.errors import ApiError
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+@dataclass
+class ProxyRequest:
+    payload: dict[str, Any]
+    model: str
+    stream: bool
+    wants_usage: bool  # the client asked for the final usage chunk of a stream
+
+
+_ONE_SEQUENCE = ("is not accepted here: the gateway schedules one sequence per request so that each "
+                 "counts against your concurrency cap.")
+
+
+def _invalid(message: str, param: str, code: str = "invalid_type") -> ApiError:
+    return ApiError(400, message, code, param=param)
+
+
+def parse(body: bytes, endpoint: str) -> ProxyRequest:
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(
+            400,
+            "The request body is not valid JSON.",
+            "invalid_json",
+        ) from None
+    except RecursionError:
+        raise ApiError(400, "The request body is nested too deeply.", "invalid_json") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "The request body must be a JSON object.", "invalid_json")
+    # A JSON escape in \ud800-\udfff spells half of a UTF-16 pair, which no UTF-8 text (the
+    # engine's tokenizer, the gateway's affinity hash) can hold. Only such escapes make one, so
+    # the walk runs only for bodies that contain one.
+    if (b"\\ud" in body or b"\\uD" in body) and _has_lone_surrogate(payload):
+        raise ApiError(400, "The request body contains a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
+                            "escape), which is not text.", "invalid_json")
+
+    model = payload.get("model")
+    if model is None:
+        raise _invalid("You must provide a model parameter.", "model", "missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise _invalid("'model' must be a non-empty string.", "model")
+
+    stream = payload.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _invalid("'stream' must be a boolean.", "stream")
+
+    if endpoint == CHAT:
+        messages = payload.get("messages")
+        if messages is None:
+            raise _invalid("'messages' is a required property.", "messages", "missing_required_parameter")
+        if not isinstance(messages, list) or not messages:
+            raise _invalid("'messages' must be a non-empty array.", "messages")
+        if not all(isinstance(m, dict) for m in messages):
+            raise _invalid("Each entry of 'messages' must be an object.", "messages")
+    else:
+        prompt = payload.get("prompt")
+        if prompt is None:
+            raise _invalid("'prompt' is a required property.", "prompt", "missing_required_parameter")
+        if not isinstance(prompt, (str, list)):
+            raise _invalid("'prompt' must be a string or an array.", "prompt")
+
+    for name in ("max_tokens", "max_completion_tokens", "n", "best_of"):
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _invalid(f"'{name}' must be a positive integer.", name)
+    # The engine runs each choice and each prompt of a batch as its own sequence, in a slot of
+    # its own, while the request holds one lease: a cap of 2 would let a key fill the card.
+    # One sequence per request keeps every sequence counted; repeats are queued fairly.
+    for name in ("n", "best_of"):
+        if (payload.get(name) or 1) > 1:
+            raise _invalid(f"'{name}' above 1 {_ONE_SEQUENCE} Send the request once per choice instead.",
+                           name, "unsupported_value")
+    if endpoint == COMPLETIONS and _prompt_count(payload["prompt"]) > 1:
+        raise _invalid(f"A list of several prompts {_ONE_SEQUENCE} Send one request per prompt instead.",
+                       "prompt", "unsupported_value")
+
+    options = payload.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _invalid("'stream_options' must be an object.", "stream_options")
+    wants_usage = bool(options and options.get("include_usage"))
+    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+
+
+def _prompt_count(prompt: str | list[Any]) -> int:
+    """Prompts in a completions request: a string or a list of token ids is one; a list of
+    strings or of token-id lists is a batch."""
+    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+        return 1
+    return len(prompt)
+
+
+def _has_lone_surrogate(payload: Any) -> bool:
+    pending = [payload]  # a loop, not recursion: the body may be nested nearly to the limit
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+    return False
+
+
+def upstream_body(request: ProxyRequest, original: bytes, engine_priority: int | None) -> bytes:
+    """The body to forward: the client's own bytes unless the gateway must add something."""
+    payload = request.payload
+    changed = False
+    if request.stream and not request.wants_usage:
+        # Ask for the usage chunk so streams are counted; the relay drops it again.
+        payload = {**payload, "stream_options": {**(payload.get("stream_options") or {}), "include_usage": True}}
+        changed = True
+    if engine_priority is not None:
+        payload = {**payload, "priority": engine_priority}
+        changed = True
+    elif "priority" in payload:
+        # A client must not reorder the engine's queue on its own say-so.
+        payload = {k: v for k, v in payload.items() if k != "priority"}
+        changed = True
+    return json.dumps(payload).encode() if changed else original

@@ -1,0 +1,146 @@
+"""Relays an engine's server-sent events to the client, counting tokens on the way.
+
+Events are forwarded byte for byte as they arrive. Only an event that mentions "usage" is
+parsed: it carries the token counts, and it is dropped when the gateway (not the client)
+asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from fairness.gateway.errors import ApiError
+from fairness.gateway.engine_http import EngineAnswer
+
+EVENT_END = b"\n\n"
+UNSTARTED_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class StreamTally:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    content_events: int = 0
+    first_byte_at: float | None = None
+    failed: bool = False
+    finished: bool = False  # the engine's [DONE] went through
+
+    def take_usage(self, usage: dict[str, Any]) -> None:
+        self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens = int(usage.get("completion_tokens") or 0)
+
+
+class Relay:
+    """An async iterable for StreamingHttpResponse that always runs its cleanup once.
+
+    Django closes a streaming response by calling the iterable's sync close() from a worker
+    thread, and may never start iterating at all when the client leaves early; close()
+    therefore hands the cleanup back to the event loop instead of relying on the generator.
+    """
+
+    def __init__(
+        self,
+        upstream: EngineAnswer,
+        *,
+        strip_usage: bool,
+        on_done: Callable[[StreamTally], Awaitable[None]],
+        replica_name: str,
+    ) -> None:
+        self.upstream = upstream
+        self.strip_usage = strip_usage
+        self.on_done = on_done
+        self.replica_name = replica_name
+        self.tally = StreamTally()
+        self._loop = asyncio.get_running_loop()
+        self._finished: asyncio.Future[None] | None = None
+        self._started = False
+        # If the client leaves between the view returning and the body starting, Django drops
+        # the response without closing it; nothing would ever give the lease back.
+        self._watchdog = self._loop.call_later(UNSTARTED_GRACE_SECONDS, self._abandon_if_unstarted)
+
+    def _abandon_if_unstarted(self) -> None:
+        if not self._started:
+            self.finish()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._relay()
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        self._started = True
+        self._watchdog.cancel()
+        pending = b""
+        try:
+            async for chunk in self.upstream.aiter_raw():
+                if self.tally.first_byte_at is None:
+                    self.tally.first_byte_at = time.perf_counter()
+                pending += chunk
+                cut = pending.rfind(EVENT_END)
+                if cut < 0:
+                    continue
+                complete, pending = pending[: cut + 2], pending[cut + 2 :]
+                out = self._inspect(complete)
+                if out:
+                    yield out
+            if pending:
+                yield pending
+        except httpx.HTTPError:
+            self.tally.failed = True
+            error = ApiError(502, f"The engine ({self.replica_name}) broke off the stream.", "upstream_stream_broken")
+            yield error.sse_event()
+        finally:
+            await asyncio.shield(self.finish())
+
+    def _inspect(self, events: bytes) -> bytes:
+        if b'"usage"' not in events:
+            self._count(events)
+            return events
+        kept = []
+        for event in events.split(EVENT_END):
+            if not event:
+                continue
+            if b'"usage"' in event and self._take_usage(event):
+                continue
+            self._count(event)
+            kept.append(event + EVENT_END)
+        return b"".join(kept)
+
+    def _take_usage(self, event: bytes) -> bool:
+        """Reads the counts from a usage event; True when the event should be dropped."""
+        try:
+            data = json.loads(event.partition(b"data:")[2])
+        except ValueError:
+            return False
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            return False
+        self.tally.take_usage(usage)
+        return self.strip_usage and not data.get("choices")
+
+    def _count(self, events: bytes) -> None:
+        self.tally.content_events += events.count(b"data:") - events.count(b"data: [DONE]")
+        if b"data: [DONE]" in events:
+            self.tally.finished = True
+
+    def finish(self) -> asyncio.Future[None]:
+        """Close upstream and report, once, whichever path gets here first."""
+        self._watchdog.cancel()
+        if self._finished is None:
+            self._finished = asyncio.ensure_future(self._finish())
+        return self._finished
+
+    async def _finish(self) -> None:
+        try:
+            await self.upstream.aclose()  # tells the engine to abort if it is still generating
+        finally:
+            await self.on_done(self.tally)
+
+    def close(self) -> None:
+        # Called by Django from a worker thread after the response, or after a disconnect.
+        self._loop.call_soon_threadsafe(self.finish)

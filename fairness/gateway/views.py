@@ -1,0 +1,236 @@
+"""The OpenAI-compatible endpoints: authenticate, admit, route, forward, account."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import httpx
+import redis.exceptions
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from fairness.scheduling import routing
+from fairness.gateway import engine_client
+from fairness.gateway import request_parsing
+from fairness.gateway.engine_http import EngineAnswer
+from fairness.gateway.errors import ApiError
+from fairness.gateway.lifecycle import Exchange, demand_of
+from fairness.gateway.runtime import gateway
+from fairness.gateway.sse_relay import Relay, StreamTally
+from fairness.scheduling.directory import ReplicaInfo
+
+log = logging.getLogger(__name__)
+
+REPLICA_HEADER = "X-GPUPortal-Replica"
+QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
+SESSION_HEADER = "X-Session-ID"
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await _guarded(request, lambda rid: _proxy(request, rid, request_parsing.CHAT))
+
+
+@csrf_exempt
+async def completions(request: HttpRequest) -> HttpResponse:
+    return await _guarded(request, lambda rid: _proxy(request, rid, request_parsing.COMPLETIONS))
+
+
+async def models(request: HttpRequest) -> HttpResponse:
+    async def listing(rid: str) -> HttpResponse:
+        if request.method != "GET":
+            raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
+        directory = await gateway.refresh()
+        key = await gateway.keys.authenticate(request.headers.get("authorization"))
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
+            for name in directory.models()
+            if directory.serving(name, key.tier.name)
+        ]
+        return HttpResponse(json.dumps({"object": "list", "data": data}), content_type="application/json")
+
+    return await _guarded(request, listing)
+
+
+async def _guarded(request: HttpRequest, handler: Callable[[str], Awaitable[HttpResponse]]) -> HttpResponse:
+    """Every failure becomes an OpenAI-shaped error; nothing escapes as a 500 page."""
+    request_id = "req-" + uuid.uuid4().hex
+    try:
+        response = await handler(request_id)
+    except ApiError as exc:
+        response = exc.response()
+    except redis.exceptions.RedisError:
+        log.exception("redis unavailable")
+        response = ApiError(
+            503, "The gateway's state store is unavailable; try again shortly.", "store_unavailable",
+            retry_after=5,
+        ).response()
+    except Exception:
+        log.exception("unexpected gateway error for %s", request_id)
+        response = ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
+    response["X-Request-Id"] = request_id
+    return response
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    too_big = ApiError(
+        413, f"The request body exceeds the limit of {settings.GP_MAX_BODY_BYTES} bytes.", "request_too_large"
+    )
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise too_big from None
+    if len(body) > settings.GP_MAX_BODY_BYTES:
+        raise too_big
+    return body
+
+
+async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpResponse:
+    if request.method != "POST":
+        raise ApiError(405, "Use POST for this endpoint.", "method_not_allowed")
+    directory = await gateway.refresh()
+    key = await gateway.keys.authenticate(request.headers.get("authorization"))
+    body = _read_body(request)
+    parsed = request_parsing.parse(body, endpoint)
+    serving = directory.serving(parsed.model)
+    if not serving:
+        raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
+    replicas = directory.serving(parsed.model, key.tier.name)
+    if not replicas:
+        raise ApiError(
+            403, f"The model '{parsed.model}' is not served to the {key.tier.name} tier.",
+            "model_not_available_for_tier", param="model",
+        )
+    group = directory.group(parsed.model, key.tier.name)
+    if not gateway.has_capacity(group):
+        raise ApiError(
+            503, f"No healthy replica serves '{parsed.model}' right now.", "no_healthy_replica", retry_after=10
+        )
+
+    exchange = Exchange(request_id, key, endpoint, parsed.model, parsed.stream)
+    try:
+        await exchange.admit(demand_of(key, group))
+        conversation = routing.conversation_key(parsed.payload, request.headers.get(SESSION_HEADER))
+        order = await gateway.plan(replicas, conversation)
+        replica, response = await _forward(
+            order[:2], len(serving) > 1, exchange, parsed, body, request.path, request_id, key.tier.engine_priority
+        )
+        headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(exchange.event["queued_ms"])}
+        if response.status_code != 200:
+            error = await _engine_error(response, replica)
+            await exchange.close(error.status)
+            return error.response(headers)
+        if parsed.stream:
+            return _streaming(response, replica, exchange, parsed, headers)
+        return await _whole_response(response, replica, exchange, headers)
+    except ApiError as exc:
+        await exchange.close(exc.status)
+        raise
+    except asyncio.CancelledError:  # the client left while we waited
+        await asyncio.shield(exchange.close(499))
+        raise
+    except BaseException:
+        await asyncio.shield(exchange.close(502))
+        raise
+
+
+async def _forward(
+    candidates: list[ReplicaInfo], routed: bool, exchange: Exchange, parsed: request_parsing.ProxyRequest,
+    body: bytes, path: str, request_id: str, engine_priority: int,
+) -> tuple[ReplicaInfo, EngineAnswer]:
+    """Send to the first candidate; if it fails before answering anything, once to the next."""
+    for attempt, replica in enumerate(candidates):
+        last = attempt == len(candidates) - 1
+        exchange.bind(replica, routed)
+        data = request_parsing.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
+        try:
+            response = await engine_client.open_stream(replica, path, data, request_id)
+        except ApiError as exc:
+            if exc.code != "upstream_unreachable":
+                raise  # a timeout is a busy engine, not a dead one: no retry, no mark
+            await gateway.replica_failed(replica)
+            if last:
+                raise
+            continue
+        if response.status_code >= 500:
+            try:
+                await gateway.replica_failed(replica)
+            except BaseException:
+                await response.aclose()  # its connection goes back to the pool, not to waste
+                raise
+            if not last:
+                await response.aclose()
+                continue
+        return replica, response
+    raise AssertionError("no candidates")  # the caller always passes at least one
+
+
+def _streaming(
+    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange,
+    parsed: request_parsing.ProxyRequest, headers: dict[str, str],
+) -> StreamingHttpResponse:
+    relay = Relay(
+        response,
+        strip_usage=not parsed.wants_usage,
+        on_done=lambda tally: exchange.close(200, tally),
+        replica_name=replica.name,
+    )
+    streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
+    streaming["Cache-Control"] = "no-cache"
+    streaming["X-Accel-Buffering"] = "no"
+    for name, value in headers.items():
+        streaming[name] = value
+    return streaming
+
+
+async def _whole_response(
+    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
+) -> HttpResponse:
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError as exc:
+        raise engine_client.translate(exc, replica) from exc
+    finally:
+        await response.aclose()
+    try:
+        counts = json.loads(raw).get("usage") or {}
+    except (ValueError, AttributeError):
+        raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
+    tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
+    tally.take_usage(counts)
+    await exchange.close(200, tally)
+    result = HttpResponse(raw, content_type="application/json")
+    for name, value in headers.items():
+        result[name] = value
+    return result
+
+
+async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:
+    """The engine's own error, kept when it is a client error and OpenAI-shaped enough."""
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError as exc:
+        return engine_client.translate(exc, replica)
+    finally:
+        await response.aclose()
+    status = response.status_code
+    message, code, param = f"The engine ({replica.name}) answered {status}.", "upstream_error", None
+    try:
+        body = json.loads(raw)
+        detail = body.get("error", body) if isinstance(body, dict) else {}
+        if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+            message = detail["message"]
+            code = str(detail.get("code") or detail.get("type") or code)
+            param = detail.get("param") if isinstance(detail.get("param"), str) else None
+    except ValueError:
+        pass
+    if 400 <= status < 500:
+        return ApiError(status, message, code, param=param)
+    return ApiError(502, f"The engine ({replica.name}) failed: {message}", "upstream_error")

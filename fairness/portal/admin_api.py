@@ -1,0 +1,409 @@
+"""The admin JSON API: keys, users, tiers, replicas, alerts. Staff session or admin token.
+
+A secret appears in exactly two responses: issuing a key and rotating one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db.models import Sum
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from ninja import Field, Router, Schema, Status
+from ninja.errors import HttpError
+from ninja.security import APIKeyCookie, HttpBearer
+from pydantic import field_validator
+
+from fairness.portal import submit_once
+from fairness.portal import actions
+from fairness.gateway.api_keys import hash_secret
+from fairness.portal.queries import key_load
+from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier, UsageHourly
+from fairness.scheduling.directory import conflict_if_saved
+
+User = get_user_model()
+
+
+class StaffSession(APIKeyCookie):
+    """A signed-in staff member's session (CSRF-checked on writes)."""
+
+    param_name = "sessionid"
+
+    def authenticate(self, request: HttpRequest, key: str | None):
+        user = getattr(request, "user", None)
+        return user if user is not None and user.is_active and user.is_staff else None
+
+
+class AdminTokenAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str):
+        found = AdminToken.objects.select_related("owner").filter(
+            secret_hash=hash_secret(token), revoked_at=None
+        ).first()
+        if found is None or not (found.owner.is_active and found.owner.is_staff):
+            return None
+        request.user = found.owner
+        return found.owner
+
+
+router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
+
+
+def actor(request: HttpRequest) -> actions.Actor:
+    return actions.Actor(request.auth, request.META.get("REMOTE_ADDR"))
+
+
+def invalid(exc: ValidationError) -> HttpError:
+    messages = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+    return HttpError(422, "; ".join(f"{field}: {' '.join(m)}" for field, m in messages.items()))
+
+
+class Input(Schema):
+    """A request body. No NUL character in any text: PostgreSQL cannot store one, so it would
+    surface as a server error instead of this 422. (Lone surrogates, which JSON lets through and
+    no database can encode, are already refused by the schema's string parsing.)"""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(text, str) and "\x00" in text for text in texts):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+class KeyOut(Schema):
+    prefix: str
+    owner: str
+    tier: str
+    label: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+    in_flight: int = 0
+    queued: int = 0
+    tokens_24h: int = 0
+
+
+class IssuedKey(Schema):
+    key: KeyOut
+    secret: str = Field(description="Shown once: store it now, it cannot be shown again.")
+
+
+class KeyIn(Input):
+    owner: str = Field(min_length=1, max_length=150)
+    tier: str
+    label: str = Field("", max_length=100)
+    expires_days: int | None = Field(None, ge=1, le=3650)
+
+
+class RotateIn(Input):
+    grace_seconds: int = Field(0, ge=0, le=30 * 86400)
+
+
+def key_out(key: ApiKey, load: dict[int, tuple[int, int]] | None = None, tokens: dict[int, int] | None = None) -> KeyOut:
+    in_flight, queued = (load or {}).get(key.pk, (0, 0))
+    return KeyOut(
+        prefix=key.prefix, owner=key.owner.get_username(), tier=key.tier.name, label=key.label,
+        created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
+        last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
+    )
+
+
+def tokens_last_day() -> dict[int, int]:
+    since = timezone.now() - dt.timedelta(hours=24)
+    rows = UsageHourly.objects.filter(hour__gte=since).values("key").annotate(
+        p=Sum("prompt_tokens"), c=Sum("completion_tokens")
+    )
+    return {row["key"]: (row["p"] or 0) + (row["c"] or 0) for row in rows}
+
+
+@router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
+def list_keys(request):
+    load, tokens = key_load(), tokens_last_day()
+    return [key_out(k, load, tokens) for k in ApiKey.objects.select_related("owner", "tier")]
+
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@contextmanager
+def idempotent(request: HttpRequest) -> Iterator[Callable[[str], None]]:
+    """Honour an `Idempotency-Key` header: a retry with the same key (say, after a timeout that
+    hid the first answer) makes no second key and answers 409 naming the one made."""
+    value = request.headers.get("Idempotency-Key")
+    if value is None:
+        yield lambda made: None
+        return
+    if not IDEMPOTENCY_KEY.match(value):
+        raise HttpError(400, "Idempotency-Key: 1 to 255 visible ASCII characters, no spaces.")
+    try:
+        # Per caller, so two scripts that pick the same value do not collide.
+        with submit_once.first_submission(f"api:{request.auth.pk}:{value}") as record:
+            yield record
+    except submit_once.Repeated as repeated:
+        if not repeated.outcome:
+            raise HttpError(409, "A request with this Idempotency-Key is still being handled.") from None
+        raise HttpError(409, f"A request with this Idempotency-Key already made key {repeated.outcome}…; "
+                             "its secret was in that response only. Rotate the key if it was lost.") from None
+
+
+RETRY_SAFELY = ("Send an `Idempotency-Key` header to retry safely: a repeat within a day makes nothing new "
+                "and answers 409 naming the key the first request made.")
+
+
+@router.post("/keys", response={201: IssuedKey}, summary="Issue a key (the secret is in this response only)",
+             description=RETRY_SAFELY)
+def issue_key(request, data: KeyIn):
+    owner = User.objects.filter(username=data.owner).first()
+    if owner is None:
+        raise HttpError(422, f"owner: no user named {data.owner!r}")
+    tier = Tier.objects.filter(name=data.tier).first()
+    if tier is None:
+        raise HttpError(422, f"tier: no tier named {data.tier!r}")
+    expires = timezone.now() + dt.timedelta(days=data.expires_days) if data.expires_days else None
+    with idempotent(request) as record:
+        key, secret = actions.issue(actor(request), owner, tier, data.label, expires)
+        record(key.prefix)
+    return Status(201, IssuedKey(key=key_out(key), secret=secret))
+
+
+@router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")
+def revoke_key(request, prefix: str):
+    return key_out(actions.revoke(actor(request), get_object_or_404(ApiKey, prefix=prefix)))
+
+
+@router.post("/keys/{prefix}/rotate", response=IssuedKey, summary="A new secret; the old one ends after the grace",
+             description=RETRY_SAFELY)
+def rotate_key(request, prefix: str, data: RotateIn):
+    old = get_object_or_404(ApiKey, prefix=prefix)
+    with idempotent(request) as record:  # first: a retried rotation without grace finds its key revoked
+        if old.revoked_at is not None:
+            raise HttpError(409, "This key is revoked; issue a new one instead.")
+        new, secret = actions.rotate(actor(request), old, data.grace_seconds)
+        record(new.prefix)
+    return IssuedKey(key=key_out(new), secret=secret)
+
+
+# -- users --------------------------------------------------------------------------------------
+
+class UserOut(Schema):
+    username: str
+    email: str
+    is_staff: bool
+    is_active: bool
+    keys: int
+
+
+class UserIn(Input):
+    username: str = Field(min_length=1, max_length=150, pattern=r"^[\w.@+-]+$")
+    email: str = Field("", max_length=254)
+    is_staff: bool = False
+    password: str | None = Field(None, min_length=8, max_length=128)
+
+
+class UserTierIn(Input):
+    tier: str
+
+
+def user_out(user) -> UserOut:
+    return UserOut(username=user.username, email=user.email, is_staff=user.is_staff, is_active=user.is_active,
+                   keys=user.api_keys.filter(revoked_at=None).count())
+
+
+@router.get("/users", response=list[UserOut])
+def list_users(request):
+    return [user_out(u) for u in User.objects.order_by("username")]
+
+
+@router.post("/users", response={201: UserOut})
+def create_user(request, data: UserIn):
+    if User.objects.filter(username=data.username).exists():
+        raise HttpError(409, f"username: {data.username!r} is taken")
+    user = actions.create_user(actor(request), data.username, data.email, data.is_staff, data.password)
+    return Status(201, user_out(user))
+
+
+@router.post("/users/{username}/tier", response=UserOut, summary="Move every live key of the user to a tier")
+def set_user_tier(request, username: str, data: UserTierIn):
+    user = get_object_or_404(User, username=username)
+    tier = Tier.objects.filter(name=data.tier).first()
+    if tier is None:
+        raise HttpError(422, f"tier: no tier named {data.tier!r}")
+    actions.set_user_tier(actor(request), user, tier)
+    return user_out(user)
+
+
+# -- tiers --------------------------------------------------------------------------------------
+
+class TierSchema(Input):
+    name: str = Field(min_length=1, max_length=40, pattern=r"^[-a-zA-Z0-9_]+$")
+    description: str = Field("", max_length=200)
+    per_key_concurrency: int = Field(2, ge=1, le=10_000)
+    pool_concurrency: int | None = Field(None, ge=1, le=100_000)
+    head_start_seconds: float = Field(0.0, ge=0, le=86_400 * 7)
+    max_queue_wait_seconds: float = Field(300.0, ge=0, le=86_400)
+    max_queued_per_key: int = Field(64, ge=1, le=100_000)
+    engine_priority: int = Field(0, ge=-1_000_000, le=1_000_000)
+    borrow_idle_slots: bool = False
+
+
+class TierPatch(Input):
+    description: str | None = Field(None, max_length=200)
+    per_key_concurrency: int | None = Field(None, ge=1, le=10_000)
+    pool_concurrency: int | None = Field(None, ge=1, le=100_000)
+    clear_pool: bool = False
+    head_start_seconds: float | None = Field(None, ge=0, le=86_400 * 7)
+    max_queue_wait_seconds: float | None = Field(None, ge=0, le=86_400)
+    max_queued_per_key: int | None = Field(None, ge=1, le=100_000)
+    engine_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
+    borrow_idle_slots: bool | None = None
+
+
+def tier_out(tier: Tier) -> TierSchema:
+    return TierSchema(**{f: getattr(tier, f) for f in TierSchema.model_fields})
+
+
+def validated_tier_save(request, tier: Tier, changed: dict) -> Tier:
+    try:
+        tier.full_clean()
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    return actions.save_tier(actor(request), tier, changed)
+
+
+@router.get("/tiers", response=list[TierSchema])
+def list_tiers(request):
+    return [tier_out(t) for t in Tier.objects.all()]
+
+
+@router.post("/tiers", response={201: TierSchema})
+def create_tier(request, data: TierSchema):
+    if Tier.objects.filter(name=data.name).exists():
+        raise HttpError(409, f"name: a tier named {data.name!r} exists")
+    return Status(201, tier_out(validated_tier_save(request, Tier(**data.dict()), data.dict())))
+
+
+@router.patch("/tiers/{name}", response=TierSchema, summary="Edit a tier; new requests follow at once")
+def update_tier(request, name: str, data: TierPatch):
+    tier = get_object_or_404(Tier, name=name)
+    changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k != "clear_pool" and v is not None}
+    for field, value in changed.items():
+        setattr(tier, field, value)
+    if data.clear_pool:
+        tier.pool_concurrency = None
+        changed["pool_concurrency"] = None
+    return tier_out(validated_tier_save(request, tier, changed))
+
+
+# -- replicas -----------------------------------------------------------------------------------
+
+class ReplicaIn(Input):
+    name: str = Field(min_length=1, max_length=60, pattern=r"^[-a-zA-Z0-9_]+$")
+    base_url: str = Field(max_length=200)
+    model: str = Field(min_length=1, max_length=200)
+    engine_kind: Literal["vllm", "llamacpp", "sglang", "tgi"] = "vllm"
+    max_num_seqs: int = Field(8, ge=1, le=100_000)
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    api_key: str = Field("", max_length=200)
+    tiers: list[str] = Field(default_factory=list, description="Tier names; empty serves every tier.")
+
+
+class ReplicaOut(Schema):
+    name: str
+    base_url: str
+    model: str
+    engine_kind: str
+    max_num_seqs: int
+    scheduling_policy: str
+    enabled: bool
+    draining: bool
+    tiers: list[str]
+
+
+def replica_out(replica: Replica) -> ReplicaOut:
+    return ReplicaOut(
+        tiers=sorted(t.name for t in replica.tiers.all()),
+        **{f: getattr(replica, f) for f in ReplicaOut.model_fields if f != "tiers"},
+    )
+
+
+@router.get("/replicas", response=list[ReplicaOut])
+def list_replicas(request):
+    return [replica_out(r) for r in Replica.objects.prefetch_related("tiers")]
+
+
+@router.post("/replicas", response={201: ReplicaOut})
+def add_replica(request, data: ReplicaIn):
+    if Replica.objects.filter(name=data.name).exists():
+        raise HttpError(409, f"name: a replica named {data.name!r} exists")
+    tiers = list(Tier.objects.filter(name__in=data.tiers))
+    if len(tiers) != len(set(data.tiers)):
+        raise HttpError(422, "tiers: unknown tier name")
+    fields = data.dict(exclude={"tiers"})
+    replica = Replica(**fields)
+    try:
+        replica.full_clean()
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    conflict = conflict_if_saved(replica, frozenset(data.tiers))
+    if conflict:
+        raise HttpError(422, f"tiers: {conflict}")
+    actions.save_replica(actor(request), replica, fields)
+    replica.tiers.set(tiers)
+    return Status(201, replica_out(replica))
+
+
+@router.post("/replicas/{name}/{state}", response=ReplicaOut, summary="enable, disable, or drain a replica")
+def replica_state(request, name: str, state: Literal["enable", "disable", "drain"]):
+    replica = get_object_or_404(Replica, name=name)
+    try:
+        return replica_out(actions.set_replica_state(actor(request), replica, state))
+    except ValidationError as exc:
+        raise HttpError(409, " ".join(exc.messages)) from None
+
+
+# -- alerts and audit ---------------------------------------------------------------------------
+
+class AlertOut(Schema):
+    id: int
+    model: str
+    kind: str
+    opened_at: dt.datetime
+    resolved_at: dt.datetime | None
+    acknowledged_at: dt.datetime | None
+    figures: dict
+
+
+@router.get("/alerts", response=list[AlertOut])
+def list_alerts(request):
+    return list(SaturationAlert.objects.all()[:200])
+
+
+@router.post("/alerts/{alert_id}/acknowledge", response=AlertOut)
+def acknowledge_alert(request, alert_id: int):
+    return actions.acknowledge(actor(request), get_object_or_404(SaturationAlert, pk=alert_id))
+
+
+class AuditOut(Schema):
+    at: dt.datetime
+    actor_name: str
+    action: str
+    target: str
+    detail: dict
+    ip: str | None
+
+
+@router.get("/audit", response=list[AuditOut])
+def list_audit(request, limit: int = 100):
+    return list(AuditEntry.objects.all()[: max(1, min(limit, 1000))])

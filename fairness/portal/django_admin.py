@@ -1,0 +1,133 @@
+"""The Django admin: raw edits for staff, within the rules the staff pages keep.
+
+Keys are issued on the staff pages or through the API (a secret is shown once there), so here
+they can be read, relabelled and revoked but not added. Records the portal writes itself (usage,
+samples, the audit log) are read-only. Every change to tiers, keys and replicas bumps the config
+epoch through the model signals, so gateways follow within a second; Django's own admin log
+records who made it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Field, QuerySet, URLField
+from django.forms import Field as FormField
+from django.http import HttpRequest
+
+from fairness.portal import actions
+from fairness.portal.forms import ReplicaForm
+from fairness.models import (
+    AdminToken,
+    ApiKey,
+    AuditEntry,
+    EngineSample,
+    Replica,
+    SaturationAlert,
+    Tier,
+    UsageHourly,
+    UsageRecord,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the portal writes; people only read them."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Tier)
+class TierAdmin(admin.ModelAdmin):
+    list_display = ["name", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
+                    "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "owner", "tier", "label", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    list_filter = ["tier", "revoked_at"]
+    search_fields = ["prefix", "label", "owner__username"]
+    fields = ["prefix", "owner", "tier", "label", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    readonly_fields = ["prefix", "owner", "created_at", "revoked_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a secret is minted and shown once on the staff pages or by the API
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        actor = actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+        live = list(queryset.filter(revoked_at=None))
+        for key in live:
+            actions.revoke(actor, key)
+        self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+
+class ReplicaAdminForm(ReplicaForm):
+    class Meta(ReplicaForm.Meta):
+        fields = [*ReplicaForm.Meta.fields, "enabled", "draining"]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["api_key"].help_text = "Leave empty to keep the current one (never shown)."
+
+    def clean_api_key(self) -> str:
+        # The key is never rendered back, so an empty field on an edit means "unchanged".
+        return self.cleaned_data["api_key"] or (self.instance.api_key if self.instance.pk else "")
+
+
+@admin.register(Replica)
+class ReplicaAdmin(admin.ModelAdmin):
+    form = ReplicaAdminForm  # refuses deployments that would share some replicas but not all
+    list_display = ["name", "model", "base_url", "max_num_seqs", "scheduling_policy", "enabled", "draining"]
+    list_filter = ["model", "enabled", "draining"]
+
+    def formfield_for_dbfield(self, db_field: Field, request: HttpRequest, **kwargs: Any) -> FormField | None:
+        if isinstance(db_field, URLField):
+            kwargs["assume_scheme"] = "http"  # as on the staff pages: engines rarely sit behind TLS
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+
+@admin.register(SaturationAlert)
+class SaturationAlertAdmin(ReadOnlyAdmin):
+    list_display = ["model", "kind", "opened_at", "resolved_at", "acknowledged_at", "acknowledged_by"]
+    list_filter = ["model", "kind"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "actor_name", "action", "target", "ip"]
+    list_filter = ["action"]
+    search_fields = ["target", "actor_name"]
+
+
+@admin.register(AdminToken)
+class AdminTokenAdmin(ReadOnlyAdmin):
+    list_display = ["prefix", "owner", "label", "created_at", "revoked_at"]
+    exclude = ["secret_hash"]
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdmin):
+    list_display = ["request_id", "key", "model", "status", "prompt_tokens", "completion_tokens", "stream"]
+    list_filter = ["model", "status", "stream"]
+
+
+@admin.register(UsageHourly)
+class UsageHourlyAdmin(ReadOnlyAdmin):
+    pass
+
+
+@admin.register(EngineSample)
+class EngineSampleAdmin(ReadOnlyAdmin):
+    list_display = ["replica", "taken_at", "resolution_seconds", "running", "waiting", "generation_tps", "healthy"]
+    list_filter = ["replica", "resolution_seconds"]

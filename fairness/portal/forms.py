@@ -1,0 +1,159 @@
+"""Forms for the staff pages. Validation lives on the models; these only gather input."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import forms
+from django.contrib.auth import get_user_model, password_validation
+from django.db import models
+from django.utils import timezone
+
+from fairness.portal import submit_once
+from fairness.models import Replica, Tier
+from fairness.scheduling.directory import conflict_if_saved
+
+User = get_user_model()
+
+GRACE_CHOICES = [
+    (0, "at once"),
+    (3600, "in an hour"),
+    (86400, "in a day"),
+    (7 * 86400, "in a week"),
+]
+
+
+class SubmitOnceForm(forms.Form):
+    """A form whose action must not run twice: it carries a token fairness.once claims."""
+
+    once = forms.RegexField(
+        regex=submit_once.TOKEN_PATTERN, initial=submit_once.new_token, widget=forms.HiddenInput,
+        error_messages={
+            "required": "This form is out of date: reload the page and submit it again.",
+            "invalid": "This form is out of date: reload the page and submit it again.",
+        },
+    )
+
+
+class IssueKeyForm(SubmitOnceForm):
+    owner = forms.ModelChoiceField(
+        queryset=User.objects.filter(is_active=True).order_by("username"), to_field_name="username"
+    )
+    tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name")
+    label = forms.CharField(max_length=100, required=False, help_text="What it is for, e.g. “nightly eval”.")
+    expires_days = forms.IntegerField(
+        label="Expires after (days)", min_value=1, max_value=3650, required=False,
+        help_text="Leave empty for a key that does not expire.",
+    )
+
+    def expires_at(self) -> dt.datetime | None:
+        days = self.cleaned_data.get("expires_days")
+        return timezone.now() + dt.timedelta(days=days) if days else None
+
+
+class RotateKeyForm(SubmitOnceForm):
+    grace_seconds = forms.TypedChoiceField(
+        label="Stop the old secret", choices=GRACE_CHOICES, coerce=int, initial=0,
+        help_text="A grace period lets running jobs switch to the new secret before the old one stops.",
+    )
+
+
+class CreateUserForm(forms.Form):
+    """A password now, or none: the account then waits for the set-password step."""
+
+    username = forms.CharField(max_length=150, validators=[User.username_validator])
+    email = forms.EmailField(required=False)
+    is_staff = forms.BooleanField(label="Staff (may use these pages)", required=False)
+    password1 = forms.CharField(
+        label="Password", required=False, strip=False, widget=forms.PasswordInput(render_value=False),
+        help_text="Optional: leave empty and set one afterwards.",
+    )
+    password2 = forms.CharField(
+        label="Password again", required=False, strip=False, widget=forms.PasswordInput(render_value=False)
+    )
+
+    def clean_username(self) -> str:
+        username = self.cleaned_data["username"]
+        if User.objects.filter(username__iexact=username).exists():
+            raise forms.ValidationError("That username is taken.")
+        return username
+
+    def clean(self) -> dict:
+        data = super().clean()
+        first, second = data.get("password1"), data.get("password2")
+        if first or second:
+            if first != second:
+                self.add_error("password2", "The two passwords differ.")
+            else:
+                try:
+                    password_validation.validate_password(first, User(username=data.get("username", "")))
+                except forms.ValidationError as exc:
+                    self.add_error("password1", exc)
+        return data
+
+    def password(self) -> str | None:
+        return self.cleaned_data.get("password1") or None
+
+
+class UserTierForm(forms.Form):
+    tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name")
+
+
+class TierForm(forms.ModelForm):
+    """Field validators and Tier.clean() run in is_valid(): their errors land on the fields."""
+
+    class Meta:
+        model = Tier
+        fields = [
+            "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
+            "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots",
+        ]
+        labels = {
+            "per_key_concurrency": "Requests at once per key",
+            "pool_concurrency": "Requests at once across the tier",
+            "head_start_seconds": "Head start (seconds)",
+            "max_queue_wait_seconds": "Longest queue wait (seconds)",
+            "max_queued_per_key": "Queued requests per key",
+            "borrow_idle_slots": "May borrow idle slots",
+        }
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            # Scripts and the API address tiers by name: renaming would break them silently.
+            self.fields["name"].disabled = True
+
+    def changes(self) -> dict:
+        return {name: self.cleaned_data[name] for name in self.changed_data}
+
+
+def _plain_http_urls(field: models.Field, **kwargs) -> forms.Field | None:
+    if isinstance(field, models.URLField):
+        kwargs["assume_scheme"] = "http"  # engines sit on the internal network, rarely behind TLS
+    return field.formfield(**kwargs)
+
+
+class ReplicaForm(forms.ModelForm):
+    class Meta:
+        formfield_callback = _plain_http_urls
+        model = Replica
+        fields = ["name", "base_url", "model", "engine_kind", "max_num_seqs", "scheduling_policy", "api_key", "tiers"]
+        labels = {"base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key"}
+        widgets = {
+            "api_key": forms.PasswordInput(render_value=False),
+            "tiers": forms.CheckboxSelectMultiple,
+        }
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not self.errors:
+            # The instance takes the form's values only after clean(), its tiers after saving.
+            fields = {name: value for name, value in data.items() if name != "tiers"}
+            candidate = Replica(pk=self.instance.pk, **{"enabled": self.instance.enabled, **fields})
+            conflict = conflict_if_saved(candidate, frozenset(t.name for t in data.get("tiers") or ()))
+            if conflict:
+                self.add_error("tiers", conflict)
+        return data
+
+    def changes(self) -> dict:
+        return {name: self.cleaned_data[name] for name in self.changed_data if name != "tiers"}

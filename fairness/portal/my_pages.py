@@ -1,0 +1,82 @@
+"""A signed-in person's own pages: their keys (prefixes only), their usage, their tier's policy."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+
+from fairness.telemetry import usage_rollup
+from fairness.portal.admin_api import tokens_last_day
+from fairness.portal.queries import key_load
+from fairness.models import ApiKey, Tier, UsageHourly
+
+USAGE_DAYS = 30
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """The public capacity page for visitors; one's own dashboard once signed in."""
+    return redirect("me" if request.user.is_authenticated else "capacity")
+
+
+def _get_keys_for_user(user: AbstractBaseUser) -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(owner=user).select_related("tier")
+
+
+def _get_usage_for_user(user: AbstractBaseUser, days: int = USAGE_DAYS) -> QuerySet[UsageHourly]:
+    since = _today() - dt.timedelta(days=days - 1)
+    return UsageHourly.objects.filter(key__owner=user, hour__gte=since)
+
+
+def _today() -> dt.datetime:
+    return timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    keys = list(_get_keys_for_user(request.user))
+    load, tokens = key_load(), tokens_last_day()
+    now = timezone.now()
+    rows = [
+        {"key": key, "live": key.revoked_at is None and not key.is_expired(now),
+         "in_flight": load.get(key.pk, (0, 0))[0], "queued": load.get(key.pk, (0, 0))[1],
+         "tokens_24h": tokens.get(key.pk, 0)}
+        for key in keys
+    ]
+    live_tiers = Tier.objects.filter(pk__in={row["key"].tier_id for row in rows if row["live"]})
+    return render(request, "me/dashboard.html", {
+        "rows": rows,
+        "tiers": live_tiers,
+        "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
+        "days": USAGE_DAYS,
+    })
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    return render(request, "me/usage.html", {
+        "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
+        "today": usage_rollup.summary(_get_usage_for_user(request.user, days=1)),
+        "days": USAGE_DAYS,
+    })
+
+
+@login_required
+def usage_daily(request: HttpRequest) -> JsonResponse:
+    """The usage chart's series: every day of the window, zeros included, so gaps show as gaps."""
+    by_day = {row["day"].date(): row for row in usage_rollup.per_day(_get_usage_for_user(request.user))}
+    first = _today().date() - dt.timedelta(days=USAGE_DAYS - 1)
+    days = [first + dt.timedelta(days=n) for n in range(USAGE_DAYS)]
+    empty = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    rows = [by_day.get(day, empty) for day in days]
+    return JsonResponse({
+        "days": [day.isoformat() for day in days],
+        "requests": [row["requests"] for row in rows],
+        "prompt_tokens": [row["prompt_tokens"] for row in rows],
+        "completion_tokens": [row["completion_tokens"] for row in rows],
+    })

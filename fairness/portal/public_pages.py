@@ -1,0 +1,33 @@
+"""Pages. The capacity page is public: it shows the endpoint, never who uses it."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from fairness.portal import public_api
+from fairness.models import SaturationAlert
+
+ALERT_KINDS = dict(SaturationAlert.Kind.choices)
+
+
+async def capacity(request: HttpRequest) -> HttpResponse:
+    # The same calls the JSON API answers, so the first view needs no JavaScript and the
+    # page's script, which polls the API afterwards, starts from identical figures.
+    now = await public_api.capacity(request)
+    series = await public_api.series(request, "hour")
+    context = {
+        "now": now,
+        "waiting": now.totals.waiting_engine + now.totals.waiting_gateway,
+        "alerts": [
+            {**a.model_dump(), "kind_label": ALERT_KINDS.get(a.kind, a.kind)} for a in now.alerts
+        ],
+        "initial": {
+            "capacity": now.model_dump(mode="json"),
+            "series": series.model_dump(mode="json"),
+            "alert_kinds": ALERT_KINDS,
+        },
+    }
+    # Rendered off the event loop: the base template may ask who is signed in (a database query).
+    return await sync_to_async(render)(request, "capacity.html", context)

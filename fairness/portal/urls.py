@@ -1,0 +1,34 @@
+from django.urls import path
+
+from fairness.portal import my_pages, public_pages, staff_pages
+from fairness.telemetry import gateway_metrics
+
+# /v1/ is not here: it never reaches Django's URL resolver (gateway/asgi.py routes it).
+
+urlpatterns = [
+    path("", my_pages.home, name="home"),
+    path("capacity/", public_pages.capacity, name="capacity"),
+    path("metrics", gateway_metrics.view, name="metrics"),
+    # A signed-in person's own pages
+    path("me/", my_pages.dashboard, name="me"),
+    path("me/usage/", my_pages.usage, name="me-usage"),
+    path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
+    # Staff pages
+    path("staff/keys/", staff_pages.keys, name="staff-keys"),
+    path("staff/keys/issue/", staff_pages.issue_key, name="staff-key-issue"),
+    path("staff/keys/<str:prefix>/revoke/", staff_pages.revoke_key, name="staff-key-revoke"),
+    path("staff/keys/<str:prefix>/rotate/", staff_pages.rotate_key, name="staff-key-rotate"),
+    path("staff/users/", staff_pages.users, name="staff-users"),
+    path("staff/users/new/", staff_pages.create_user, name="staff-user-create"),
+    path("staff/users/<str:username>/password/", staff_pages.set_user_password, name="staff-user-password"),
+    path("staff/users/<str:username>/tier/", staff_pages.set_user_tier, name="staff-user-tier"),
+    path("staff/tiers/", staff_pages.tiers, name="staff-tiers"),
+    path("staff/tiers/new/", staff_pages.edit_tier, name="staff-tier-create"),
+    path("staff/tiers/<slug:name>/edit/", staff_pages.edit_tier, name="staff-tier-edit"),
+    path("staff/replicas/", staff_pages.replicas, name="staff-replicas"),
+    path("staff/replicas/new/", staff_pages.add_replica, name="staff-replica-add"),
+    path("staff/replicas/<slug:name>/<slug:state>/", staff_pages.replica_state, name="staff-replica-state"),
+    path("staff/alerts/", staff_pages.alerts, name="staff-alerts"),
+    path("staff/alerts/<int:alert_id>/acknowledge/", staff_pages.acknowledge_alert, name="staff-alert-acknowledge"),
+    path("staff/audit/", staff_pages.audit, name="staff-audit"),
+]

@@ -1,0 +1,493 @@
+"""Admission: Redis leases and the ageing priority queue in front of the engines.
+
+Every in-flight request holds one lease that counts against three limits at once: its key's cap,
+its tier's pool cap (if any) and its capacity group's engine slots. A request that cannot run yet
+waits as a ticket ordered by ``enqueued_at - head_start_seconds`` (linear ageing). Equal scores go
+by arrival, so at the exact crossover the request that has waited the whole head start goes first.
+A ticket whose key or pool is at its cap is skipped, not waited on; and time spent behind its own
+key's cap does not age it: when that cap opens, the key's waiting tickets count from then (else a
+key that queues many requests would outrank everyone each time one of its own finished). All decisions are Lua scripts
+(``lua/``, one Redis round trip each), so any number of gateway processes share one consistent
+state; the key layout is documented in ``lua/lib.lua``.
+
+Per process there is one pub/sub channel (grants are pushed to it and dispatched to the waiting
+coroutine by handle) and, only while this process holds a lease or a ticket, one keeper task that
+renews leases, heartbeats tickets and re-pumps every ``recheck_seconds``: that covers lost messages
+and the expired leases of dead processes. Idle, the process sends nothing. Script calls share one
+multiplexed connection (``redis_lane``): taking and giving back a lease is one round trip each,
+at a fraction of a pooled client's CPU.
+
+Pure Python + redis.asyncio: no Django imports, so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, TypedDict
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import NoScriptError, RedisError
+
+from fairness.store.redis_lane import Command, RedisLane, first_error
+
+logger = logging.getLogger(__name__)
+
+_LUA_DIR = Path(__file__).with_name("lua")
+_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats")
+# Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
+_MAX_RETRY_AFTER = 30
+# Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
+_TICK_BATCH = 500
+
+
+def _load_scripts() -> dict[str, tuple[str, str]]:
+    """name -> (sha1, text) of each script, the shared library prepended."""
+    lib = (_LUA_DIR / "lib.lua").read_text()
+    texts = {name: lib + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
+    return {name: (hashlib.sha1(text.encode()).hexdigest(), text) for name, text in texts.items()}
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one request needs. Names must not contain "|" (the scripts' separator)."""
+
+    key_id: str  # ApiKey primary key as str
+    tier: str  # tier name = pool name
+    per_key_cap: int
+    pool_cap: int | None
+    head_start_seconds: float
+    borrow: bool  # may use idle engine slots beyond the key's and pool's caps
+    max_queued_per_key: int
+    max_wait_seconds: float
+    group: str  # capacity group (model name) whose engine slots it needs
+
+
+@dataclass(frozen=True)
+class Grant:
+    lease_id: str
+    demand: Demand
+    queued_seconds: float
+    borrowed: bool  # taken beyond a cap, out of otherwise idle slots
+
+
+class AdmissionRefused(Exception):
+    """Not admitted. ``retry_after`` is whole seconds, ready for a 429 ``Retry-After`` header."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class QueueFull(AdmissionRefused):
+    """The key already has ``max_queued_per_key`` requests waiting. ``retry_after``: when its
+    oldest waiting request must have left the queue (granted or timed out), at most 30 s."""
+
+
+class QueueTimeout(AdmissionRefused):
+    """No slot within ``max_wait_seconds``; the ticket has left the queue. ``retry_after``: as
+    long as it waited, at most 30 s."""
+
+
+class GroupStats(TypedDict):
+    capacity: int
+    in_flight: int
+    queued: int
+
+
+class TierStats(TypedDict):
+    in_flight: int
+    borrowed: int
+    queued: int
+    longest_wait: float
+
+
+class KeyStats(TypedDict):
+    in_flight: int
+    queued: int
+
+
+class Stats(TypedDict):
+    groups: dict[str, GroupStats]
+    tiers: dict[str, TierStats]
+    keys: dict[str, KeyStats]
+    longest_wait: float
+
+
+class _Turn(NamedTuple):
+    granted: bool  # False: the ticket vanished (expired while this process stalled); queue again
+    borrowed: bool
+    queued_seconds: float
+
+
+_GONE = _Turn(False, False, 0.0)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _check(demand: Demand) -> None:
+    for name in (demand.key_id, demand.tier, demand.group):
+        if not name or "|" in name:
+            raise ValueError(f"admission names must be non-empty and without '|': {name!r}")
+    if demand.per_key_cap < 0 or demand.max_queued_per_key < 0 or demand.max_wait_seconds < 0:
+        raise ValueError(f"negative limit in {demand!r}")
+
+
+class Admission:
+    """One per gateway process (it owns a pub/sub connection and, while busy, a keeper task)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = "gp",
+        lease_ttl: float = 30.0,
+        reserve_slots: int = 3,
+        clock: Callable[[], float] = time.time,
+        recheck_seconds: float = 1.0,
+    ) -> None:
+        if not 0 < recheck_seconds <= lease_ttl / 3:
+            # Waiting tickets are heartbeated every recheck; they must not expire in between.
+            raise ValueError("recheck_seconds must be positive and at most lease_ttl / 3")
+        self._redis = redis
+        self._ns = f"{prefix}:{{adm}}:"
+        self._channel = f"{self._ns}grants:{uuid.uuid4().hex}"
+        self._ttl = lease_ttl
+        self._reserve = reserve_slots
+        self._clock = clock
+        self._recheck = recheck_seconds
+        # Tickets live one lease TTL past their last heartbeat, and a lease granted to a ticket
+        # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
+        # TTLs would drop a dead process's tickets sooner but break that renewal margin.
+        self._ticket_ttl = lease_ttl
+        # Scripts and leases go over one multiplexed connection (the per-request round trips);
+        # pub/sub over redis-py's.
+        self._lane = RedisLane.like(redis)
+        self._scripts = _load_scripts()
+        self._waiters: dict[str, asyncio.Future[_Turn]] = {}  # pub/sub dispatch targets
+        self._queued: set[str] = set()  # tickets known to be in Redis: the keeper heartbeats them
+        self._held: dict[str, Grant] = {}  # leases the keeper renews
+        self._keeper: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self._pubsub: PubSub | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._listen_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- public API -----------------------------------------------------------------------------
+
+    async def set_capacity(self, group: str, slots: int) -> None:
+        """Engine slots of ``group`` (sum of max_num_seqs over healthy enabled replicas)."""
+        if slots < 0 or "|" in group or not group:
+            raise ValueError(f"bad capacity {group!r}={slots}")
+        await self._call("capacity", group, int(slots))
+
+    async def acquire(self, demand: Demand) -> Grant:
+        """Wait for a lease. Cancelling the caller removes its ticket at once (or releases the
+        lease it was granted meanwhile). Raises QueueFull or QueueTimeout."""
+        _check(demand)
+        await self._ensure_listener()
+        handle = uuid.uuid4().hex
+        enqueued_at = self._clock()
+        deadline = enqueued_at + demand.max_wait_seconds
+        max_queued = demand.max_queued_per_key
+        in_redis = False
+        try:
+            while True:
+                future = asyncio.get_running_loop().create_future()
+                self._waiters[handle] = future  # before the script: its grant may come at once
+                in_redis = True
+                reply = await self._call(
+                    "acquire", handle, demand.key_id, demand.tier, demand.group,
+                    demand.per_key_cap, "" if demand.pool_cap is None else demand.pool_cap,
+                    demand.head_start_seconds, int(demand.borrow), max_queued, enqueued_at,
+                    deadline, self._channel,
+                )  # fmt: skip
+                state = int(reply[0])
+                if state == 1:
+                    turn = _Turn(True, int(reply[1]) == 1, float(_str(reply[2])))
+                    break
+                if state == -1:
+                    in_redis = False
+                    raise QueueFull(
+                        f"Too many queued requests for this key: the limit is "
+                        f"{demand.max_queued_per_key} (max_queued_per_key).",
+                        min(_MAX_RETRY_AFTER, int(reply[1])),
+                    )
+                self._queued.add(handle)
+                self._wake_keeper(sooner=len(self._queued) == 1)
+                waited = await self._wait_turn(handle, future, deadline)
+                if waited is None:
+                    in_redis = False
+                    raise QueueTimeout(
+                        f"No capacity within {demand.max_wait_seconds:g} s "
+                        f"(max_queue_wait_seconds); the request was not started.",
+                        max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds))),
+                    )
+                if waited.granted:
+                    turn = waited
+                    break
+                max_queued = -1  # our own ticket expired under us: queue again, same place in line
+        except BaseException:
+            self._forget(handle)
+            if in_redis:
+                try:
+                    await self._shielded(self._call("leave", handle, 0))
+                except (RedisError, OSError):  # keep the original error; the ticket expires
+                    logger.warning("admission: could not withdraw ticket %s", handle, exc_info=True)
+            raise
+        self._forget(handle)
+        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed)
+        self._held[handle] = grant
+        self._wake_keeper()
+        return grant
+
+    async def renew(self, grant: Grant) -> bool:
+        """Push the lease's expiry out by one TTL (the keeper does this for every held lease);
+        False if it had already expired."""
+        lost, _ = await self._call("tick", 1, grant.lease_id)
+        return not lost
+
+    async def release(self, grant: Grant, also: Sequence[Command] = ()) -> None:
+        """Give the lease back (idempotent); survives the caller being cancelled meanwhile. If
+        Redis cannot be reached this raises, but the lease is no longer renewed either.
+        ``also`` adds the caller's own commands (its accounting) to the same round trip."""
+        self._held.pop(grant.lease_id, None)
+        self._stop_keeper_if_idle()
+        await self._shielded(self._send(self._eval("release", grant.lease_id), *also))
+
+    @contextlib.asynccontextmanager
+    async def held(self, demand: Demand) -> AsyncIterator[Grant]:
+        """Acquire; the lease is renewed while the block runs and released however it ends."""
+        grant = await self.acquire(demand)
+        try:
+            yield grant
+        finally:
+            try:
+                await self.release(grant)
+            except (RedisError, OSError):  # no longer renewed, so it expires within one TTL
+                logger.warning(
+                    "admission: could not release lease %s", grant.lease_id, exc_info=True
+                )
+
+    async def stats(self) -> Stats:
+        """Live counts per capacity group, tier and key, and the longest current wait (seconds).
+        Reaps dead processes' leases first, so it is also the place to watch them vanish."""
+        reply = await self._call("stats")
+        now = self._clock()
+        cap, gin, gq, kin, kq, pin, pbin, pq = (_pairs(part) for part in reply[:8])
+        oldest = {pool: now - float(at) for pool, at in _pairs(reply[8]).items()}
+        groups: dict[str, GroupStats] = {
+            g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
+                "queued": int(gq.get(g, 0))}
+            for g in sorted({*cap, *gin, *gq})
+        }  # fmt: skip
+        tiers: dict[str, TierStats] = {
+            p: {"in_flight": int(pin.get(p, 0)), "borrowed": int(pbin.get(p, 0)),
+                "queued": int(pq.get(p, 0)), "longest_wait": max(0.0, oldest.get(p, 0.0))}
+            for p in sorted({*pin, *pbin, *pq})
+        }  # fmt: skip
+        keys: dict[str, KeyStats] = {
+            k: {"in_flight": int(kin.get(k, 0)), "queued": int(kq.get(k, 0))}
+            for k in sorted({*kin, *kq})
+        }
+        longest = max((t["longest_wait"] for t in tiers.values()), default=0.0)
+        return {"groups": groups, "tiers": tiers, "keys": keys, "longest_wait": longest}
+
+    async def close(self) -> None:
+        """Stop background work, fail pending acquires, give back leases still held."""
+        held = list(self._held.values())
+        self._held.clear()
+        self._queued.clear()
+        tasks = [task for task in (self._keeper, self._listener) if task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._keeper = self._listener = None
+        for future in self._waiters.values():
+            if not future.done():
+                future.set_exception(RuntimeError("admission closed"))
+        for grant in held:
+            with contextlib.suppress(RedisError, OSError):
+                await self.release(grant)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._pubsub is not None:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._pubsub = None
+        await self._lane.aclose()
+
+    # -- waiting --------------------------------------------------------------------------------
+
+    async def _wait_turn(
+        self, handle: str, future: asyncio.Future[_Turn], deadline: float
+    ) -> _Turn | None:
+        """The grant (or _GONE), or None after leaving the queue at the deadline. The deadline is
+        on the injected clock, so it is re-read at least every recheck."""
+        while not future.done():
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                self._queued.discard(handle)
+                reply = await self._shielded(self._call("leave", handle, 1))
+                if int(reply[0]) == 1:  # granted just before the deadline: keep it
+                    return _Turn(True, int(reply[1]) == 1, float(_str(reply[2])))
+                return None
+            await asyncio.wait([future], timeout=min(remaining, self._recheck))
+        return future.result()
+
+    def _forget(self, handle: str) -> None:
+        self._waiters.pop(handle, None)
+        self._queued.discard(handle)
+        self._stop_keeper_if_idle()
+
+    # -- pub/sub --------------------------------------------------------------------------------
+
+    async def _ensure_listener(self) -> None:
+        if self._listener is not None and not self._listener.done():
+            return
+        async with self._listen_lock:
+            if self._listener is not None and not self._listener.done():
+                return
+            if self._pubsub is None:
+                self._pubsub = self._redis.pubsub()
+            subscribed = asyncio.Event()
+            await self._pubsub.subscribe(self._channel)
+            self._listener = asyncio.get_running_loop().create_task(self._listen(subscribed))
+            # Queue only once subscribed, or the first grant could be published to nobody (the
+            # recheck would still find it, a second later).
+            # (asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation.)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5.0):
+                    await subscribed.wait()
+
+    async def _listen(self, subscribed: asyncio.Event) -> None:
+        assert self._pubsub is not None
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # redis-py reconnects and resubscribes on the next read
+                logger.warning("admission pub/sub read failed; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            if message is None:
+                continue
+            if message["type"] == "subscribe":
+                subscribed.set()
+            elif message["type"] == "message":
+                handle, queued, borrowed = _str(message["data"]).split("|")
+                self._queued.discard(handle)
+                future = self._waiters.get(handle)
+                if future is not None and not future.done():
+                    future.set_result(_Turn(True, borrowed == "1", float(queued)))
+
+    # -- keeper ---------------------------------------------------------------------------------
+
+    # The keeper is woken only when its interval must change: for the first waiting ticket (the
+    # short recheck) and when nothing is left to keep (it stops). Waking it on every request
+    # cost a task switch and a timer each time.
+
+    def _wake_keeper(self, sooner: bool = False) -> None:
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        elif sooner:
+            self._kick.set()
+
+    def _stop_keeper_if_idle(self) -> None:
+        if not self._held and not self._queued:
+            self._kick.set()
+
+    async def _keep(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while self._queued or self._held:
+            interval = self._recheck if self._queued else self._ttl / 3
+            delay = last + interval - loop.time()
+            if delay > 0:
+                self._kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._kick.wait()
+                continue
+            last = loop.time()
+            try:
+                await self._tick()
+            except (RedisError, OSError):
+                logger.warning("admission upkeep failed; retrying", exc_info=True)
+
+    async def _tick(self) -> None:
+        leases, tickets = list(self._held), list(self._queued)
+        while True:
+            some_leases, leases = leases[:_TICK_BATCH], leases[_TICK_BATCH:]
+            room = _TICK_BATCH - len(some_leases)
+            some_tickets, tickets = tickets[:room], tickets[room:]
+            await self._tick_batch(some_leases, some_tickets)
+            if not leases and not tickets:
+                return
+
+    async def _tick_batch(self, leases: list[str], tickets: list[str]) -> None:
+        lost, news = await self._call("tick", len(leases), *leases, *tickets)
+        for handle in map(_str, lost):
+            if self._held.pop(handle, None) is not None:
+                logger.warning("lease %s expired before it was renewed (process stalled?)", handle)
+        for i in range(0, len(news), 4):
+            handle = _str(news[i])
+            if handle not in self._queued:
+                continue  # settled meanwhile
+            self._queued.discard(handle)
+            turn = _Turn(True, int(news[i + 2]) == 1, float(_str(news[i + 3])))
+            future = self._waiters.get(handle)
+            if future is not None and not future.done():
+                future.set_result(turn if int(news[i + 1]) == 1 else _GONE)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _call(self, name: str, *args: str | int | float) -> Any:
+        return (await self._send(self._eval(name, *args)))[0]
+
+    def _eval(self, name: str, *args: str | int | float) -> Command:
+        return ("EVALSHA", self._scripts[name][0], 1, self._ns, *self._args(*args))
+
+    async def _send(self, *commands: Command) -> list[Any]:
+        """One round trip. A script Redis has forgotten (restarted, flushed) is loaded and only
+        that command sent again; any other error reply is raised."""
+        replies = await self._lane.execute(*commands)
+        forgotten = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if forgotten:
+            await self._lane.execute(*(("SCRIPT", "LOAD", text) for _, text in self._scripts.values()))
+            again = await self._lane.execute(*(commands[i] for i in forgotten))
+            for i, reply in zip(forgotten, again):
+                replies[i] = reply
+        error = first_error(replies)
+        if error is not None:
+            raise error
+        return replies
+
+    def _args(self, *args: str | int | float) -> list[str | int | float]:
+        return [self._clock(), self._ttl, self._ticket_ttl, self._reserve, *args]
+
+    async def _shielded(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``call`` to completion even if our caller is cancelled meanwhile (cleanup must
+        reach Redis: a disconnecting client cancels the coroutine doing it)."""
+        task = asyncio.get_running_loop().create_task(call)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(task)

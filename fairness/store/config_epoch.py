@@ -1,0 +1,46 @@
+"""A config epoch in Redis: bumped on every change to keys, tiers or replicas.
+
+Gateway processes cache those rows in memory and read the epoch at most every
+GP_AUTH_EPOCH_CHECK_SECONDS; a changed epoch drops their caches. That makes a
+revocation effective everywhere within about a second without a per-request query.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import redis.asyncio
+
+from fairness.store.redis_clients import redis_sync
+
+EPOCH_KEY = "gp:config-epoch"
+_UNSEEN = object()  # the first look always counts as a change
+
+
+def bump_epoch() -> None:
+    # A fresh random value rather than a counter: a counter restarted by a Redis flush could
+    # land on the very value a gateway saw last and hide the change.
+    redis_sync().set(EPOCH_KEY, uuid.uuid4().hex)
+
+
+class EpochWatch:
+    """Tells a process when its caches are stale, reading Redis at most once per interval."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._seen: object = _UNSEEN
+        self._checked_at = float("-inf")
+
+    async def changed(self, client: redis.asyncio.Redis) -> bool:
+        now = self.clock()
+        if now - self._checked_at < self.interval:
+            return False
+        self._checked_at = now
+        current = await client.get(EPOCH_KEY)
+        if current != self._seen:
+            self._seen = current
+            return True
+        return False

@@ -1,0 +1,113 @@
+"""Saturation alerts: feed each model's demand to its detector, open and resolve alert rows,
+and tell people (the pages read the rows; a webhook and admin email are optional)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections import defaultdict
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.mail import mail_admins
+
+from fairness.gateway import engine_client
+from fairness.store.redis_clients import redis_async
+from fairness.models import SaturationAlert
+from fairness.telemetry.polling import Reading
+from fairness.telemetry.saturation import SaturationDetector, Transition
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "gp:saturation:"  # + model: the detector's state between polls
+
+
+def detector_settings() -> dict[str, float]:
+    return {
+        "k": settings.GP_SATURATION_RATIO,
+        "window_seconds": settings.GP_SATURATION_WINDOW_SECONDS,
+        "kv_threshold": settings.GP_KV_ALERT_THRESHOLD,
+        "kv_window_seconds": settings.GP_KV_ALERT_WINDOW_SECONDS,
+        "resolve_window_seconds": settings.GP_ALERT_RESOLVE_SECONDS,
+        "max_gap_seconds": max(6.0, 3 * settings.GP_POLL_SECONDS),
+    }
+
+
+async def observe(readings: list[Reading], gateway_queued: dict[str, float], now: float) -> list[Transition]:
+    """One poll's worth of demand per model; returns the alerts opened or resolved by it."""
+    demand: dict[str, dict[str, float]] = defaultdict(lambda: {"waiting": 0.0, "running": 0.0, "kv": -1.0})
+    for reading in readings:
+        if reading.snapshot is None:
+            continue
+        figures = demand[reading.replica.model]
+        # Requests the engine defers for other reasons (grammar compilation, KV transfer) are no
+        # sign of too little capacity; engines that tell them apart say which wait for room.
+        capacity = reading.snapshot.waiting_capacity
+        figures["waiting"] += reading.snapshot.waiting if capacity is None else capacity
+        figures["running"] += reading.snapshot.running
+        if reading.snapshot.kv_usage is not None:  # one full replica is enough to flag
+            figures["kv"] = max(figures["kv"], reading.snapshot.kv_usage)
+    client = redis_async()
+    changes = []
+    for model, figures in demand.items():
+        raw = await client.get(STATE_KEY + model)
+        detector = _restore(raw)
+        waiting = figures["waiting"] + gateway_queued.get(model, 0.0)
+        kv = figures["kv"] if figures["kv"] >= 0 else None
+        for transition in detector.observe(now, waiting, figures["running"], kv):
+            await sync_to_async(_record)(model, transition)
+            await notify(model, transition)
+            changes.append(transition)
+        await client.set(STATE_KEY + model, json.dumps(detector.to_state()))
+    return changes
+
+
+def _restore(raw: bytes | None) -> SaturationDetector:
+    if raw:
+        try:
+            return SaturationDetector.from_state(json.loads(raw), **detector_settings())
+        except ValueError:
+            log.warning("unreadable saturation state; starting afresh")
+    return SaturationDetector(**detector_settings())
+
+
+def _record(model: str, transition: Transition) -> None:
+    at = dt.datetime.fromtimestamp(transition.at, tz=dt.timezone.utc)
+    figures = {
+        "waiting": transition.peak.waiting,
+        "running": transition.peak.running,
+        "ratio": round(transition.peak.ratio, 2),
+        "kv_usage": transition.peak.kv_usage,
+    }
+    if transition.event == "opened":
+        SaturationAlert.objects.create(model=model, kind=transition.kind, opened_at=at, figures=figures)
+    else:
+        SaturationAlert.objects.filter(model=model, kind=transition.kind, resolved_at=None).update(
+            resolved_at=at, figures=figures
+        )
+
+
+async def notify(model: str, transition: Transition) -> None:
+    message = (
+        f"gpuportal: {model} {transition.kind} saturation {transition.event} "
+        f"(waiting {transition.peak.waiting:g}, running {transition.peak.running:g})"
+    )
+    if settings.GP_ALERT_WEBHOOK_URL:
+        payload = {
+            "event": transition.event, "model": model, "kind": transition.kind, "at": transition.at,
+            "waiting": transition.peak.waiting, "running": transition.peak.running,
+            "kv_usage": transition.peak.kv_usage, "text": message,
+        }
+        try:
+            await engine_client.post_json(settings.GP_ALERT_WEBHOOK_URL, payload, timeout=5.0)
+        except httpx.HTTPError as exc:
+            # The URL is a credential (Slack's and Discord's carry their secret in the path),
+            # and httpx puts it in its messages: name the host and what went wrong, no more.
+            host = httpx.URL(settings.GP_ALERT_WEBHOOK_URL).host
+            failure = (f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
+                       else type(exc).__name__)
+            log.warning("alert webhook to %s failed: %s", host, failure)
+    if settings.ADMINS:
+        await sync_to_async(mail_admins)(message, message, fail_silently=True)

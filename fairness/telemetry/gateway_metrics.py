@@ -1,0 +1,218 @@
+"""The gateway's own /metrics, the same whichever gateway process or host is scraped.
+
+Counters and queue-wait buckets live in one Redis hash, bumped in the round trip that already
+records each request's usage event (`count` adds a few HINCRBYs to that pipeline). The gauges
+(in flight, queued) come from admission's live state. A scrape reads both, so every process
+answers with the totals of all of them and no multiprocess directory is needed. Redis here runs
+without persistence: a Redis restart resets the counters, which Prometheus' rate() treats as
+an ordinary counter reset.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from fairness.scheduling.admission import Stats
+from fairness.store.redis_clients import redis_async
+from fairness.gateway.runtime import gateway
+from fairness.models import Tier
+from fairness.store.redis_lane import Command
+
+if TYPE_CHECKING:
+    from fairness.telemetry.usage import UsageEvent
+
+# The "{gp:usage}" hash tag puts the hash in the usage list's Redis Cluster slot, so the record
+# and its counters stay one pipeline to one node.
+METRICS_HASH = "gp:metrics:{gp:usage}"
+# Upper bounds (seconds) of the queue-wait buckets: from "no wait" to the batch tier's hour.
+# A request is stored in its own bucket only; the scrape makes them cumulative. Changing the
+# bounds strands the old fields: they are skipped until Redis is flushed.
+WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                600.0, 1800.0, 3600.0, float("inf"))  # fmt: skip
+_LE = {floatToGoString(b): i for i, b in enumerate(WAIT_BUCKETS)}
+UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed or timed out
+
+# Hash fields, "|"-separated (tier and replica names are slugs, so never contain one):
+#   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
+#   rej|tier|reason            uperr|replica
+
+
+def increments(event: UsageEvent, *, admitted: bool, refusal: str | None) -> dict[str, int | float]:
+    """The counter fields one finished request adds to (pure, so it is tested on its own)."""
+    tier = event["tier"]
+    status = event["status"]
+    fields: dict[str, int | float] = {f"req|{tier}|{status}|{event['endpoint']}": 1}
+    for kind, tokens in (
+        ("prompt", event["prompt_tokens"]),
+        ("completion", event["completion_tokens"]),
+    ):
+        if tokens:
+            fields[f"tok|{tier}|{kind}"] = tokens
+    if admitted:
+        wait = event["queued_ms"] / 1000
+        le = next(b for b in WAIT_BUCKETS if wait <= b)
+        fields[f"wait|{tier}|{floatToGoString(le)}"] = 1
+        fields[f"waitsum|{tier}"] = float(wait)
+    if status == 429:
+        # Not admitted: admission's own refusal; admitted: the engine itself answered 429.
+        fields[f"rej|{tier}|{refusal or 'engine'}"] = 1
+    if status in UPSTREAM_FAILURES and event["replica"]:
+        fields[f"uperr|{event['replica']}"] = 1
+    return fields
+
+
+def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
+    """This request's counter bumps, sent with its usage record (no round trip of their own)."""
+    return [
+        ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", METRICS_HASH, field, amount)
+        for field, amount in increments(event, admitted=admitted, refusal=refusal).items()
+    ]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    counters: dict[str, float]
+    live: Stats
+    tiers: list[str]  # every configured tier, so idle ones read 0 rather than vanish
+
+
+async def snapshot() -> Snapshot:
+    raw: dict[Any, Any] = await redis_async().hgetall(METRICS_HASH)
+    counters = {_str(k): float(v) for k, v in raw.items()}
+    live = await gateway.admission().stats()  # also reaps dead processes' leases
+    tiers = [name async for name in Tier.objects.values_list("name", flat=True)]
+    return Snapshot(counters, live, tiers)
+
+
+class GatewayCollector(Collector):
+    """Turns one snapshot into metric families (prometheus-client's collectors are sync, so the
+    async view reads Redis first and hands the result over)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "gpuportal_requests",
+            "Requests that reached admission, by the status the client got.",
+            labels=["tier", "status", "endpoint"],
+        )
+        tokens = CounterMetricFamily(
+            "gpuportal_tokens", "Tokens the engines reported, by tier.", labels=["tier", "kind"]
+        )
+        rejections = CounterMetricFamily(
+            "gpuportal_rejections",
+            "429 answers: queue_full, queue_timeout (admission) or engine.",
+            labels=["tier", "reason"],
+        )
+        upstream = CounterMetricFamily(
+            "gpuportal_upstream_errors",
+            "Requests that ended in an engine failure or timeout (502/504), by the last replica tried.",
+            labels=["replica"],
+        )
+        buckets: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(WAIT_BUCKETS))
+        sums: dict[str, float] = defaultdict(float)
+        for field, value in sorted(self.snap.counters.items()):
+            kind, _, rest = field.partition("|")
+            parts = rest.split("|")
+            if kind == "req" and len(parts) == 3:
+                requests.add_metric(parts, value)
+            elif kind == "tok" and len(parts) == 2:
+                tokens.add_metric(parts, value)
+            elif kind == "rej" and len(parts) == 2:
+                rejections.add_metric(parts, value)
+            elif kind == "uperr":
+                upstream.add_metric([rest], value)
+            elif kind == "wait" and len(parts) == 2 and parts[1] in _LE:
+                buckets[parts[0]][_LE[parts[1]]] += value
+            elif kind == "waitsum":
+                sums[rest] += value
+        wait = HistogramMetricFamily(
+            "gpuportal_queue_wait_seconds",
+            "Time admitted requests waited in the gateway's queue.",
+            labels=["tier"],
+        )
+        for tier, counts in sorted(buckets.items()):
+            running, cumulative = 0.0, []
+            for bound, amount in zip(WAIT_BUCKETS, counts):
+                running += amount
+                cumulative.append((floatToGoString(bound), running))
+            wait.add_metric([tier], cumulative, sums[tier])
+        yield from (requests, tokens, rejections, upstream, wait)
+        yield from self._live()
+
+    def _live(self) -> Iterator[Metric]:
+        live = self.snap.live
+        in_flight = GaugeMetricFamily(
+            "gpuportal_in_flight", "Requests running now.", labels=["tier"]
+        )
+        queued = GaugeMetricFamily(
+            "gpuportal_queued", "Requests waiting in the gateway's queue.", labels=["tier"]
+        )
+        oldest = GaugeMetricFamily(
+            "gpuportal_oldest_wait_seconds",
+            "How long the oldest waiting request has waited.",
+            labels=["tier"],
+        )
+        for tier in sorted({*self.snap.tiers, *live["tiers"]}):
+            stats = live["tiers"].get(tier)
+            in_flight.add_metric([tier], stats["in_flight"] if stats else 0)
+            queued.add_metric([tier], stats["queued"] if stats else 0)
+            oldest.add_metric([tier], stats["longest_wait"] if stats else 0.0)
+        slots = GaugeMetricFamily(
+            "gpuportal_slots",
+            "Engine slots the healthy replicas offer, per model.",
+            labels=["model"],
+        )
+        for group, offered in sorted(live["groups"].items()):
+            slots.add_metric([group], offered["capacity"])
+        yield from (in_flight, queued, oldest, slots)
+
+
+async def exposition() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GatewayCollector(await snapshot()))
+    return generate_latest(registry)
+
+
+@require_GET
+async def view(request: HttpRequest) -> HttpResponse:
+    token = settings.GP_METRICS_TOKEN
+    if token and not hmac.compare_digest(
+        request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()
+    ):
+        response = HttpResponse(
+            "A bearer token is required.\n", status=401, content_type="text/plain"
+        )
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    try:
+        body = await exposition()
+    except (redis.exceptions.RedisError, OSError):
+        # Prometheus records the failed scrape (up == 0) instead of a gap of stale zeros.
+        return HttpResponse(
+            "The gateway's state store is unavailable.\n", status=503, content_type="text/plain"
+        )
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

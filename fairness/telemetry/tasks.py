@@ -1,0 +1,69 @@
+"""Celery tasks: thin loops over the units that do the work."""
+
+import asyncio
+import datetime as dt
+import time
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from fairness.telemetry import alerts
+from fairness.telemetry import polling
+from fairness.telemetry import capacity_store
+from fairness.telemetry import usage_rollup
+from fairness.gateway import engine_client
+from fairness.telemetry import usage
+from fairness.store.redis_clients import redis_async, redis_sync
+
+REFIT_KEY = "gp:capacity:refitted-at"
+
+
+@shared_task(name="fairness.flush_usage")
+def flush_usage() -> int:
+    written = 0
+    while True:
+        batch = usage.flush(redis_sync())
+        written += batch
+        if batch < 1000:
+            return written
+
+
+async def poll_and_publish(refit_every: float = 15.0) -> int:
+    """One beat: poll every replica, update saturation alerts, and refit capacity now and then."""
+    try:
+        poll = await polling.poll_once()
+        now = time.time()
+        await alerts.observe(poll.readings, poll.gateway_queued, now)
+        last = await redis_async().get(REFIT_KEY)
+        if last is None or now - float(last) >= refit_every:
+            await capacity_store.refit_and_publish()
+            await redis_async().set(REFIT_KEY, now)
+        return len(poll.readings)
+    finally:
+        # Each task run has its own event loop: close what was opened on it.
+        await redis_async().aclose()
+        await engine_client.aclose()
+
+
+@shared_task(name="fairness.poll_engines", expires=10)
+def poll_engines() -> int:
+    return asyncio.run(poll_and_publish())
+
+
+@shared_task(name="fairness.compact_samples")
+def compact_samples() -> int:
+    return polling.compact_samples(
+        timezone.now(),
+        raw_for=dt.timedelta(hours=settings.GP_SAMPLES_RAW_HOURS),
+        keep_for=dt.timedelta(days=settings.GP_SAMPLES_RETENTION_DAYS),
+    )
+
+
+@shared_task(name="fairness.prune_usage")
+def prune_usage() -> tuple[int, int]:
+    return usage_rollup.prune(
+        timezone.now(),
+        records_for=dt.timedelta(days=settings.GP_USAGE_RECORDS_DAYS),
+        hourly_for=dt.timedelta(days=settings.GP_USAGE_HOURLY_DAYS),
+    )

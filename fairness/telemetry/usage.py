@@ -1,0 +1,97 @@
+"""Per-request usage: pushed to a Redis list on the request path, written to the DB in batches.
+
+The request path never touches the database; a Celery task drains the list. A record is
+removed from the list only after its batch is committed, so a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import NotRequired, TypedDict
+
+import redis
+from django.db import transaction
+
+from fairness.telemetry import usage_rollup
+from fairness.models import ApiKey, UsageRecord
+from fairness.store.redis_lane import Command
+
+USAGE_LIST = "gp:usage"
+FLUSH_LOCK = "gp:usage:flush-lock"
+
+
+class UsageEvent(TypedDict):
+    key_id: int
+    tier: NotRequired[str]  # the key's tier when the request ran (events from before it lack it)
+    request_id: str
+    endpoint: str
+    model: str
+    replica: str
+    status: int
+    stream: bool
+    prompt_tokens: int
+    completion_tokens: int
+    queued_ms: int
+    ttft_ms: int | None
+    latency_ms: int
+    at: float
+
+
+def command(event: UsageEvent) -> Command:
+    """The Redis command that queues the event: the gateway sends it in the round trip that
+    gives its lease back, so accounting costs the request path no round trip of its own."""
+    return ("RPUSH", USAGE_LIST, json.dumps(event))
+
+
+def flush(client: redis.Redis, batch_size: int = 1000) -> int:
+    """Move up to batch_size queued events into the DB; returns how many were written."""
+    # One flusher at a time, or two workers would write the same batch twice.
+    lock = client.lock(FLUSH_LOCK, timeout=60)
+    if not lock.acquire(blocking=False):
+        return 0
+    try:
+        raw = client.lrange(USAGE_LIST, 0, batch_size - 1)
+        if not raw:
+            return 0
+        events = [json.loads(item) for item in raw]
+        key_ids = {e["key_id"] for e in events}
+        known = set(ApiKey.objects.filter(pk__in=key_ids).values_list("pk", flat=True))
+        rows = [_row(e) for e in events if e["key_id"] in known]  # deleted keys' events drop
+        with transaction.atomic():
+            UsageRecord.objects.bulk_create(rows)
+            usage_rollup.add(rows)
+            for key_id, at in _last_use_by_key(rows).items():
+                # update() sends no signals, so this does not disturb the gateways' caches.
+                ApiKey.objects.filter(pk=key_id).update(last_used_at=at)
+        client.ltrim(USAGE_LIST, len(raw), -1)
+        return len(rows)
+    finally:
+        lock.release()
+
+
+def _row(event: UsageEvent) -> UsageRecord:
+    return UsageRecord(
+        key_id=event["key_id"],
+        request_id=event["request_id"],
+        endpoint=event["endpoint"],
+        model=event["model"][:200],
+        replica=event["replica"],
+        status=event["status"],
+        stream=event["stream"],
+        prompt_tokens=event["prompt_tokens"],
+        completion_tokens=event["completion_tokens"],
+        queued_ms=event["queued_ms"],
+        ttft_ms=event["ttft_ms"],
+        latency_ms=event["latency_ms"],
+        created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.timezone.utc),
+    )
+
+
+def _last_use_by_key(rows: list[UsageRecord]) -> dict[int, dt.datetime]:
+    latest: dict[int, dt.datetime] = {}
+    for row in rows:
+        if row.key_id not in latest or row.created_at > latest[row.key_id]:
+            latest[row.key_id] = row.created_at
+    return latest
+
