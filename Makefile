@@ -8,15 +8,32 @@ PYTEST_ARGS ?=
 
 export ENGINE_VENV ENGINE_MODEL
 
-.PHONY: demo test test-fast test-engine typecheck engine venv
+.PHONY: demo test test-fast test-engine lint typecheck lock engine venv venv-dev
 
+# What runs the portal comes from requirements.lock; the tests and tooling add requirements-dev.lock.
+# Both pin every package with its hashes (`make lock` writes them), and a changed lock reinstalls.
 venv: $(VENV)/.installed
+venv-dev: $(VENV)/.installed-dev
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --require-hashes -r requirements.lock
 	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.lock
+	$(VENV)/bin/pip install -q --require-hashes -r requirements-dev.lock
+	touch $@
+
+# Re-pin after editing requirements.txt or requirements-dev.txt. Pins that still fit are kept;
+# `make lock LOCK_ARGS=--upgrade` (or `--upgrade-package NAME`) moves them on.
+LOCK_ARGS ?=
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes \
+	--allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+
+lock: venv-dev
+	$(PIP_COMPILE) -o requirements.lock requirements.txt
+	$(PIP_COMPILE) -o requirements-dev.lock requirements-dev.txt
 
 # The real vLLM CPU build in its own environment, and the tiny model it serves in tests.
 engine:
@@ -27,19 +44,26 @@ demo: venv
 	scripts/ensure-redis.sh
 	$(PY) manage.py demo
 
-test: venv engine typecheck
+test: venv-dev lint engine
 	scripts/ensure-system.sh
 	scripts/ensure-redis.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Strict types on the modules listed in pyproject.toml.
-typecheck: venv
+# The gates `make test` passes before the suite: ruff's rules, the import layers (import-linter)
+# and strict types, all configured in pyproject.toml.
+lint: venv-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --cache-dir var/import-linter-cache
 	$(PY) -m mypy
 
-test-fast: venv
+# Strict types on the modules listed in pyproject.toml.
+typecheck: venv-dev
+	$(PY) -m mypy
+
+test-fast: venv-dev
 	scripts/ensure-redis.sh
 	$(PY) -m pytest -m "not engine" $(PYTEST_ARGS)
 
-test-engine: venv engine
+test-engine: venv-dev engine
 	scripts/ensure-redis.sh
 	$(PY) -m pytest -m engine $(PYTEST_ARGS)
