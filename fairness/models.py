@@ -259,6 +259,18 @@ class AuditEntry(models.Model):
         raise ValueError("audit entries are append-only")
 
 
+class AdminTokenQuerySet(models.QuerySet["AdminToken"]):
+    def usable(self, now: dt.datetime | None = None) -> AdminTokenQuerySet:
+        """Tokens that authenticate now: live, unexpired, and held by active staff (a token is
+        worth no more than its owner's own sign-in, so losing staff status stops it too)."""
+        return self.filter(revoked_at=None, owner__is_active=True, owner__is_staff=True).filter(
+            models.Q(expires_at=None) | models.Q(expires_at__gt=now or timezone.now())
+        )
+
+    def for_listing(self) -> AdminTokenQuerySet:
+        return self.select_related("owner")
+
+
 class AdminToken(models.Model):
     """A credential for the admin JSON API, for scripts; stored hashed like API keys."""
 
@@ -267,4 +279,21 @@ class AdminToken(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     secret_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AdminTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.owner})"
+
+    def is_expired(self, now: dt.datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])

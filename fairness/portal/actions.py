@@ -1,34 +1,97 @@
-"""What staff do, in one place for the pages and the admin API: every action is audited."""
+"""What staff do, in one place for the pages, the admin API and the commands: every action is audited."""
 
 from __future__ import annotations
 
 import datetime as dt
+import getpass
+import os
+import re
+import shlex
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fairness.gateway.api_keys import hash_secret, issue_key, mint_secret
+from fairness.gateway.api_keys import hash_secret
+from fairness.portal.keys import issue_key, mint_secret
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
-from fairness.scheduling.directory import conflict_if_saved
+from fairness.gateway.replica_rows import conflict_if_saved
 
 
 @dataclass(frozen=True)
 class Actor:
-    """Who acts, and from where (for the audit log)."""
+    """Who acts, and from where (for the audit log).
 
-    user: AbstractBaseUser
+    A management command has no signed-in user: `name` then says who ran it and `command` what
+    was run (see command_line_actor)."""
+
+    user: AbstractBaseUser | None
     ip: str | None = None
+    name: str = ""
+    command: str = ""
 
 
 def audit(actor: Actor, action: str, target: str, **detail) -> AuditEntry:
+    if actor.command:
+        detail["command"] = actor.command
     return AuditEntry.objects.create(
-        actor=actor.user, actor_name=actor.user.get_username(), action=action, target=target,
-        detail=detail, ip=actor.ip,
+        actor=actor.user, actor_name=actor.user.get_username() if actor.user else actor.name, action=action,
+        target=target, detail=detail, ip=actor.ip,
     )
+
+
+MASKED = "[masked]"
+# --api-key X, --password=X, --token X: the value is a secret whatever it looks like.
+_SECRET_OPTION = re.compile(r"^--?[\w-]*(key|secret|token|password)$", re.IGNORECASE)
+_TOKEN_LIKE = re.compile(r"^[A-Za-z0-9_\-+/=.]{20,}$")
+
+
+def command_line_actor(argv: list[str] | None = None) -> Actor:
+    """The actor of a management command: the OS user who ran it and its command line (this
+    process's own when not given), with every secret in it masked (even a revoked one has no
+    place in the audit log)."""
+    command = shlex.join(_masked(sys.argv if argv is None else argv))
+    return Actor(None, name=f"os:{_os_user()}", command=command)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # a container's uid with no name in /etc/passwd
+        return f"uid-{os.getuid()}"
+
+
+def _masked(argv: list[str]) -> list[str]:
+    masked: list[str] = []
+    secret_next = False
+    for arg in argv:
+        option, equals, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if secret_next:
+            masked.append(MASKED)
+            secret_next = False
+        elif option and _SECRET_OPTION.match(option):
+            masked.append(f"{option}={MASKED}" if equals else option)
+            secret_next = not equals
+        elif option and equals:
+            masked.append(f"{option}={_masked_value(value)}")
+        else:
+            masked.append(_masked_value(arg))
+    return masked
+
+
+def _masked_value(value: str) -> str:
+    """A key or token secret keeps its visible prefix (shown on every page anyway); anything else
+    shaped like a random credential is hidden whole."""
+    for start, visible in (("gpa-", 12), ("gp-", 11)):
+        if value.startswith(start):
+            return value if len(value) <= visible else value[:visible] + "…"
+    looks_random = all(any(test(c) for c in value) for test in (str.isupper, str.islower, str.isdigit))
+    return MASKED if _TOKEN_LIKE.match(value) and looks_random else value
 
 
 @transaction.atomic
@@ -104,10 +167,24 @@ def save_tier(actor: Actor, tier: Tier, changed: dict) -> Tier:
 
 
 @transaction.atomic
-def save_replica(actor: Actor, replica: Replica, changed: dict) -> Replica:
+def save_replica(actor: Actor, replica: Replica, changed: dict,
+                 tiers: Iterable[Tier] | None = None) -> Replica:
+    """`replica` already validated (full_clean) by the caller; `tiers` None keeps the ones it has.
+
+    The replica and its tiers are one change: a gateway reloads after both, never in between
+    (a new replica with no tiers yet would serve every tier), and a failure leaves neither.
+    Raises ValidationError when the deployments would overlap (see replica_rows.py).
+    """
+    tiers = None if tiers is None else list(tiers)
+    conflict = conflict_if_saved(replica, None if tiers is None else frozenset(t.name for t in tiers))
+    if conflict:
+        raise ValidationError({"tiers": conflict})
     creating = replica.pk is None
     replica.save()
     detail = {k: v for k, v in _jsonable(changed).items() if k != "api_key"}  # never log a secret
+    if tiers is not None:
+        replica.tiers.set(tiers)
+        detail["tiers"] = sorted(t.name for t in tiers)
     audit(actor, "replica.create" if creating else "replica.update", replica.name, **detail)
     return replica
 
@@ -141,12 +218,35 @@ def acknowledge(actor: Actor, alert: SaturationAlert) -> SaturationAlert:
     return alert
 
 
+ADMIN_TOKEN_START = "gpa-"
+ADMIN_TOKEN_VISIBLE_CHARS = 12  # "gpa-" and 8 characters, like a key's prefix
+
+
 @transaction.atomic
-def issue_admin_token(actor: Actor, owner: AbstractBaseUser, label: str = "") -> tuple[AdminToken, str]:
-    secret = "gpa-" + mint_secret()[3:]
-    token = AdminToken.objects.create(owner=owner, label=label, prefix=secret[:12], secret_hash=hash_secret(secret))
-    audit(actor, "admin_token.issue", token.prefix, owner=owner.get_username())
+def issue_admin_token(actor: Actor, owner: AbstractBaseUser, label: str = "",
+                      expires_at: dt.datetime | None = None) -> tuple[AdminToken, str]:
+    """A token acts with all of its owner's powers, so it is for active staff only, and only a
+    superuser (or the command line, which has the host already) may make one for someone else:
+    otherwise a staff member could borrow a superuser's standing."""
+    if not (owner.is_active and owner.is_staff):
+        raise ValidationError(f"{owner.get_username()} is not active staff: admin tokens are for staff only.")
+    if actor.user is not None and actor.user.pk != owner.pk and not actor.user.is_superuser:
+        raise PermissionDenied("Only a superuser may issue an admin token for someone else.")
+    secret = ADMIN_TOKEN_START + mint_secret()[3:]
+    token = AdminToken.objects.create(owner=owner, label=label, prefix=secret[:ADMIN_TOKEN_VISIBLE_CHARS],
+                                      secret_hash=hash_secret(secret), expires_at=expires_at)
+    audit(actor, "admin_token.issue", token.prefix, owner=owner.get_username(), label=label,
+          expires_at=expires_at.isoformat() if expires_at else None)
     return token, secret
+
+
+@transaction.atomic
+def revoke_admin_token(actor: Actor, token: AdminToken) -> AdminToken:
+    """The token stops at its next request: the admin API looks it up afresh every time."""
+    if token.revoked_at is None:  # a second revocation changes nothing, so it is not audited
+        token.revoke()
+        audit(actor, "admin_token.revoke", token.prefix, owner=token.owner.get_username())
+    return token
 
 
 def _jsonable(values: dict) -> dict:

@@ -4,7 +4,8 @@ Keys are issued on the staff pages or through the API (a secret is shown once th
 they can be read, relabelled and revoked but not added. Records the portal writes itself (usage,
 samples, the audit log) are read-only. Every change to tiers, keys and replicas bumps the config
 epoch through the model signals, so gateways follow within a second; Django's own admin log
-records who made it.
+records who made it, and revocations and replica saves (with their tiers, in one transaction) go
+through the audited actions like the staff pages' own.
 """
 
 from __future__ import annotations
@@ -91,6 +92,15 @@ class ReplicaAdmin(admin.ModelAdmin):
     list_display = ["name", "model", "base_url", "max_num_seqs", "scheduling_policy", "enabled", "draining"]
     list_filter = ["model", "enabled", "draining"]
 
+    def save_model(self, request: HttpRequest, obj: Replica, form: ReplicaAdminForm, change: bool) -> None:
+        # The replica and its tiers together, audited like the staff pages' changes.
+        actor = actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+        actions.save_replica(actor, obj, form.changes(), form.cleaned_data["tiers"])
+
+    def save_related(self, request: HttpRequest, form: ReplicaAdminForm, formsets: list, change: bool) -> None:
+        for formset in formsets:  # not form.save_m2m(): save_model has set the tiers already
+            self.save_formset(request, form, formset, change=change)
+
     def formfield_for_dbfield(self, db_field: Field, request: HttpRequest, **kwargs: Any) -> FormField | None:
         if isinstance(db_field, URLField):
             kwargs["assume_scheme"] = "http"  # as on the staff pages: engines rarely sit behind TLS
@@ -112,7 +122,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(AdminToken)
 class AdminTokenAdmin(ReadOnlyAdmin):
-    list_display = ["prefix", "owner", "label", "created_at", "revoked_at"]
+    list_display = ["prefix", "owner", "label", "created_at", "expires_at", "revoked_at"]
     exclude = ["secret_hash"]
 
 

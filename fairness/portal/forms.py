@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fairness.portal import submit_once
 from fairness.models import Replica, Tier
-from fairness.scheduling.directory import conflict_if_saved
+from fairness.gateway.replica_rows import conflict_if_saved
 
 User = get_user_model()
 
@@ -56,6 +56,32 @@ class RotateKeyForm(SubmitOnceForm):
         label="Stop the old secret", choices=GRACE_CHOICES, coerce=int, initial=0,
         help_text="A grace period lets running jobs switch to the new secret before the old one stops.",
     )
+
+
+class IssueAdminTokenForm(SubmitOnceForm):
+    """A token acts as its owner: staff issue for themselves, a superuser for any active staff."""
+
+    owner = forms.ModelChoiceField(
+        queryset=User.objects.filter(is_active=True, is_staff=True).order_by("username"), to_field_name="username",
+        help_text="The token acts as this staff member, with their powers.",
+    )
+    label = forms.CharField(max_length=100, required=False, help_text="What it is for, e.g. “nightly user sync”.")
+    expires_days = forms.IntegerField(
+        label="Expires after (days)", min_value=1, max_value=3650, required=False,
+        help_text="Leave empty for a token that does not expire.",
+    )
+
+    def __init__(self, *args, issuer, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not issuer.is_superuser:
+            # The only choice is oneself, so a form posted with another name fails validation.
+            self.fields["owner"].queryset = User.objects.filter(pk=issuer.pk)
+            self.fields["owner"].initial = issuer.get_username()
+            self.fields["owner"].help_text = "Your own: only a superuser may issue a token for someone else."
+
+    def expires_at(self) -> dt.datetime | None:
+        days = self.cleaned_data.get("expires_days")
+        return timezone.now() + dt.timedelta(days=days) if days else None
 
 
 class CreateUserForm(forms.Form):

@@ -1,11 +1,12 @@
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from fairness.models import Replica
-from fairness.scheduling.directory import conflict_if_saved
+from fairness.management.audited import AuditedCommand
+from fairness.models import Replica, Tier
+from fairness.portal import actions
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = "Register (or update) an engine replica the gateway forwards to."
 
     def add_arguments(self, parser):
@@ -16,22 +17,35 @@ class Command(BaseCommand):
         parser.add_argument("--kind", default=Replica.Kind.VLLM, choices=Replica.Kind.values)
         parser.add_argument("--policy", default=Replica.Policy.FCFS, choices=Replica.Policy.values)
         parser.add_argument("--api-key", default="")
+        parser.add_argument("--tiers", default=None, help="Serve only these tiers, e.g. interactive,batch "
+                            "('' for every tier); leave out to keep the ones a replica has.")
 
     def handle(self, *args, **opts):
         replica = Replica.objects.filter(name=opts["name"]).first() or Replica(name=opts["name"])
-        replica.base_url = opts["url"].rstrip("/")
-        replica.model = opts["model"]
-        replica.max_num_seqs = opts["max_num_seqs"]
-        replica.engine_kind = opts["kind"]
-        replica.scheduling_policy = opts["policy"]
-        replica.api_key = opts["api_key"]
-        replica.enabled = True
+        fields = {
+            "base_url": opts["url"].rstrip("/"), "model": opts["model"],
+            "max_num_seqs": opts["max_num_seqs"], "engine_kind": opts["kind"],
+            "scheduling_policy": opts["policy"], "api_key": opts["api_key"], "enabled": True,
+        }
+        changed = {f: v for f, v in fields.items() if replica.pk is None or getattr(replica, f) != v}
+        for field, value in fields.items():
+            setattr(replica, field, value)
+        tiers = None if opts["tiers"] is None else self._tiers(opts["tiers"])
         try:
             replica.full_clean()
+            actions.save_replica(self.actor(), replica, changed, tiers)  # with its tiers, or neither
         except ValidationError as exc:
-            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-        conflict = conflict_if_saved(replica)
-        if conflict:
-            raise CommandError(conflict)
-        replica.save()
-        self.stdout.write(f"Replica {replica.name} serves {replica.model} at {replica.base_url}.")
+            errors = exc.message_dict.items()
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in errors)) from None
+        served = ", ".join(t.name for t in replica.tiers.all()) or "every tier"
+        self.stdout.write(f"Replica {replica.name} serves {replica.model} at {replica.base_url} "
+                          f"to {served}.")
+
+    def _tiers(self, names: str) -> list[Tier]:
+        wanted = {name.strip() for name in names.split(",") if name.strip()}
+        tiers = list(Tier.objects.filter(name__in=wanted))
+        unknown = wanted - {t.name for t in tiers}
+        if unknown:
+            known = ", ".join(Tier.objects.values_list("name", flat=True))
+            raise CommandError(f"--tiers: no tier named {', '.join(sorted(unknown))}. Tiers: {known}")
+        return tiers

@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from fairness.demo.default_tiers import ensure_default_tiers
-from fairness.gateway.api_keys import issue_key
 from fairness.models import Replica, Tier
+from fairness.portal import actions
 
 CAST = (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch"))
 
@@ -59,7 +59,7 @@ class Command(BaseCommand):
                              "--loglevel", "INFO", "--concurrency", "2",
                              "--schedule", str(log_dir / "celerybeat-schedule")])
             start("gateway", [sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
-                              "--host", "127.0.0.1", "--port", str(port), "--lifespan", "off"])
+                              "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"])
             self._wait_until_up(f"http://127.0.0.1:{port}/v1/models", children)
             keys = self._introduce(port, model, log_dir)
             if traffic:
@@ -109,10 +109,11 @@ class Command(BaseCommand):
     def _introduce(self, port: int, model: str, log_dir: Path) -> dict[str, str]:
         tiers = ensure_default_tiers(Tier)
         User = get_user_model()
+        actor = actions.command_line_actor()  # this process's own command line: manage.py demo
         keys = {}
         for username, tier in CAST:
-            user, _ = User.objects.get_or_create(username=username)
-            _, keys[username] = issue_key(user, tiers[tier], label="demo")
+            user = User.objects.filter(username=username).first() or actions.create_user(actor, username)
+            _, keys[username] = actions.issue(actor, user, tiers[tier], label="demo")
         admin_password = secrets.token_urlsafe(12)
         admin, _ = User.objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
         admin.is_staff = admin.is_superuser = True

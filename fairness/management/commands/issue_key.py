@@ -1,20 +1,28 @@
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError
+from django.db import transaction
 
-from fairness.gateway.api_keys import expiry_in_days, issue_key
-from fairness.models import Tier
+from fairness.portal.keys import expiry_in_days
+from fairness.management.audited import AuditedCommand
+from fairness.models import ApiKey, Tier
+from fairness.portal import actions
+
+LABEL_MAX = ApiKey._meta.get_field("label").max_length
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = "Issue an API key; the secret is printed once, alone on the last line."
 
     def add_arguments(self, parser):
-        parser.add_argument("--user", required=True, help="Username; created if it does not exist.")
+        parser.add_argument("--user", required=True, help="The key's owner, an existing username.")
+        parser.add_argument("--create-user", action="store_true",
+                            help="Create the user first if there is none.")
         parser.add_argument("--tier", required=True)
         parser.add_argument("--label", default="")
         parser.add_argument("--expires-days", type=int, default=None)
 
-    def handle(self, *args, user, tier, label, expires_days, **options):
+    def handle(self, *args, user, tier, label, expires_days, create_user, **options):
         try:
             tier_obj = Tier.objects.get(name=tier)
         except Tier.DoesNotExist:
@@ -22,8 +30,25 @@ class Command(BaseCommand):
             raise CommandError(f"No tier named {tier!r}. Tiers: {names}") from None
         if expires_days is not None and expires_days < 1:
             raise CommandError("--expires-days must be at least 1")
-        owner, created = get_user_model().objects.get_or_create(username=user)
-        key, secret = issue_key(owner, tier_obj, label=label, expires_at=expiry_in_days(expires_days))
+        if len(label) > LABEL_MAX or "\x00" in label:
+            raise CommandError(f"--label: at most {LABEL_MAX} characters, no NUL")
+        User = get_user_model()
+        owner = User.objects.filter(**{User.USERNAME_FIELD: user}).first()
+        created = owner is None
+        if created and not create_user:
+            # A typo would otherwise make a new account and hand it a key.
+            raise CommandError(f"No user named {user!r}. Check the name, or add --create-user "
+                               "to create them.")
+        if created:
+            try:
+                User._meta.get_field(User.USERNAME_FIELD).run_validators(user)
+            except ValidationError as exc:
+                raise CommandError(f"--user: {' '.join(exc.messages)}") from None
+        actor = self.actor()
+        with transaction.atomic():  # no new user without the key it was created for
+            if created:
+                owner = actions.create_user(actor, user)
+            key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days))
         if created:
             self.stdout.write(f"Created user {user}.")
         self.stdout.write(f"Issued key {key.prefix}… for {user} on tier {tier}. Store the secret now:")

@@ -1,18 +1,33 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from fairness.gateway.api_keys import revoke_by_prefix
+from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
+from fairness.management.audited import AuditedCommand
 from fairness.models import ApiKey
+from fairness.portal import actions
 
 
-class Command(BaseCommand):
-    help = "Revoke an API key by its visible prefix (e.g. gp-AbCdEfGh)."
+class Command(AuditedCommand):
+    help = "Revoke an API key by its visible prefix (e.g. gp-AbCdEfGh) or its whole secret."
 
     def add_arguments(self, parser):
-        parser.add_argument("prefix")
+        parser.add_argument("key", help="The prefix shown on the pages, or the whole secret "
+                            "(a leaked key, say).")
 
-    def handle(self, *args, prefix, **options):
-        try:
-            key = revoke_by_prefix(prefix)
-        except ApiKey.DoesNotExist:
-            raise CommandError(f"No key with prefix {prefix!r}.") from None
-        self.stdout.write(f"Revoked {key.prefix}… of {key.owner}.")
+    def handle(self, *args, key, **options):
+        given = key.strip().rstrip("…")  # the pages show the prefix with an ellipsis
+        keys = ApiKey.objects.select_related("owner")
+        if given.startswith(SECRET_PREFIX) and len(given) > VISIBLE_CHARS:
+            found = keys.filter(secret_hash=hash_secret(given)).first()
+            if found is None:
+                raise CommandError("No key with that secret.")  # never echo a secret
+        else:
+            found = keys.filter(prefix=given).first()
+            if found is None:  # echoed only when too short to be anybody's secret
+                shown = repr(given) if len(given) <= VISIBLE_CHARS else "like that"
+                raise CommandError(f"No key with prefix {shown}.")
+        if found.revoked_at is not None:  # nothing changes, so nothing is audited
+            self.stdout.write(f"{found.prefix}… of {found.owner} was already revoked.")
+            return
+        actions.revoke(self.actor(), found)
+        self.stdout.write(f"Revoked {found.prefix}… of {found.owner}. "
+                          "Every gateway refuses it within a second.")

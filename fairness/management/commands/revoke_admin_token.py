@@ -1,0 +1,27 @@
+from django.core.management.base import CommandError
+from django.db.models import Q
+
+from fairness.gateway.api_keys import hash_secret
+from fairness.models import AdminToken
+from fairness.management.audited import AuditedCommand
+from fairness.portal import actions
+
+
+class Command(AuditedCommand):
+    help = "Revoke an admin token by its visible prefix (e.g. gpa-AbCdEfGh) or its whole secret."
+
+    def add_arguments(self, parser):
+        parser.add_argument("token", help="The prefix shown on the staff pages, or the secret itself.")
+
+    def handle(self, *args, token, **options):
+        given = token.strip().rstrip("…")  # the pages show the prefix with an ellipsis
+        found = AdminToken.objects.select_related("owner").filter(
+            Q(prefix=given) | Q(secret_hash=hash_secret(given))
+        ).first()
+        if found is None:
+            raise CommandError("No admin token with that prefix or secret.")  # never echo what may be a secret
+        if found.revoked_at is not None:
+            self.stdout.write(f"{found.prefix}… of {found.owner} was already revoked.")
+            return
+        actions.revoke_admin_token(self.actor(), found)
+        self.stdout.write(f"Revoked admin token {found.prefix}… of {found.owner}. Its next request is refused.")
