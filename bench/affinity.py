@@ -202,11 +202,11 @@ def least_loaded(names: Sequence[str]) -> Choose:
 
 def rendezvous(p: Portal) -> Choose:
     """The gateway's conversation key and rendezvous order; always the first choice."""
-    from fairness.scheduling import routing
+    from fairness.gateway.replica_rows import replica_info
     from fairness.models import Replica
-    from fairness.scheduling.directory import ReplicaInfo
+    from fairness.scheduling import routing
 
-    replicas = [ReplicaInfo.of(r) for r in Replica.objects.order_by("name")]
+    replicas = [replica_info(r) for r in Replica.objects.order_by("name")]
     return lambda body, session, busy: routing.preference(
         replicas, routing.conversation_key(body, session) or "")[0].name
 

@@ -57,11 +57,12 @@ async def sample_routing(redis_url: str, names: Sequence[str], out: Samples) -> 
     import redis.asyncio
 
     from fairness.scheduling import routing
+    from fairness.store import keyspace
 
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
         while True:
-            counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, "", *names)
+            counts = await client.eval(routing.SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
             out.append((load.now(), [int(c) for c in counts]))
             await asyncio.sleep(0.02)
     finally:
@@ -73,14 +74,15 @@ async def gateway_leftovers(p: Portal, names: Sequence[str]) -> dict[str, Any]:
     import redis.asyncio
 
     from fairness.scheduling import routing
+    from fairness.store import keyspace
 
     leases = await load.admission_settled(p.redis_url, "gp", timeout=5.0)
     client = redis.asyncio.Redis.from_url(p.redis_url)
     try:
-        counts = await client.eval(routing.SNAPSHOT_LUA, 1, routing.NS, "", *names)
+        counts = await client.eval(routing.SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
     finally:
         await client.aclose()
-    return {"leases": leases, "routing_in_flight": dict(zip(names, map(int, counts)))}
+    return {"leases": leases, "routing_in_flight": dict(zip(names, map(int, counts), strict=True))}
 
 
 def cpu_seconds(p: Portal) -> dict[str, float]:

@@ -200,7 +200,8 @@ def print_table(s: dict[str, Any]) -> None:
                      m["engine_waiting_mean"], m["engine_running_mean"]])
     print(report.table(
         ["mode", "head start s", "batch TTFT s", "batch queued s", "max TTFT s", "starved",
-         "int service p95 s", "int slot p95 s", "int TTFT p95 s", "gw int queue mean", "min", "eng wait mean", "eng run mean"],
+         "int service p95 s", "int slot p95 s", "int TTFT p95 s", "gw int queue mean", "min", "eng wait mean",
+         "eng run mean"],
         rows, title=f"Scenario 2: one batch request vs 12 interactive in flight on 8 slots "
                     f"(limit with ageing {report.fmt(s['limit'])} s, horizon "
                     f"{report.fmt(s['horizon'])} s)"))

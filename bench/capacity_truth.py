@@ -27,9 +27,9 @@ PROFILES = {"seed": (), "steep": ("--step-per-seq-ms", "2")}
 
 
 def poll() -> None:
-    from fairness.telemetry import polling
     from fairness.gateway import engine_client
     from fairness.store.redis_clients import redis_async
+    from fairness.telemetry import polling
 
     async def once() -> None:
         try:
@@ -58,12 +58,12 @@ def run_profile(name: str, extra: tuple[str, ...], speed: float, polls: int) -> 
         for n in USERS:
             users = ClosedLoopUsers(engine.url, p.model, n)
             try:
-                until(lambda: engine.stats()["running"] == n, 30, f"{n} running")
+                until(lambda n=n: engine.stats()["running"] == n, 30, f"{n} running")
                 poll()  # this phase's first rate would span the change of load
                 start = engine.stats()
                 for _ in range(polls):
                     done = engine.stats()["generation_tokens"] + 60 * n  # polls spaced by work
-                    until(lambda: engine.stats()["generation_tokens"] >= done, 30, "tokens")
+                    until(lambda done=done: engine.stats()["generation_tokens"] >= done, 30, "tokens")
                     poll()
                 end = engine.stats()
             finally:
@@ -96,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
                           f"({result['basis']}, {result['samples']} samples)"))
         print(f"  {result['sentence']}\n")
         worst = max(result["rows"], key=lambda r: abs(r["ratio"] - 1))
-        targets.append(target(f"{result['profile']}: every ratio >= 0.9", min(r["ratio"] for r in result["rows"]), ">=", 0.9))
-        targets.append(target(f"{result['profile']}: every ratio <= 1.1", max(r["ratio"] for r in result["rows"]), "<=", 1.1,
+        ratios = [r["ratio"] for r in result["rows"]]
+        targets.append(target(f"{result['profile']}: every ratio >= 0.9", min(ratios), ">=", 0.9))
+        targets.append(target(f"{result['profile']}: every ratio <= 1.1", max(ratios), "<=", 1.1,
                               detail=f"worst at {worst['users']} users"))
     print(targets_table(targets))
 
     fig, axes = figure(1, len(results))
-    for ax, result in zip(axes[0], results):
+    for ax, result in zip(axes[0], results, strict=True):
         ns = [r["users"] for r in result["rows"]]
         ax.plot(ns, [r["measured"] for r in result["rows"]], "o-", label="measured per user")
         ax.plot(ns, [r["published"] for r in result["rows"]], "s--", label="published per user")

@@ -81,7 +81,7 @@ def plot(results: dict[str, Any], name: str) -> Path:
         x, ticks, labels = 0, [], []
         for mode, m in s2["modes"].items():
             first = x
-            for k, a in enumerate(m["arrivals"]):
+            for a in m["arrivals"]:
                 queued = a.get("queued_ms")
                 value = a["waited_at_least"] if a["starved"] or queued is None else queued / 1000
                 age.bar(x, value, color="tab:red" if a["starved"] else "tab:blue")

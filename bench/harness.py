@@ -188,7 +188,7 @@ def _reset_tables(tiers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any]) -> dict[str, Member]:
     from django.contrib.auth import get_user_model
 
-    from fairness.gateway.api_keys import issue_key
+    from fairness.portal.keys import issue_key
 
     issued = {}
     for username, tier_name in members.items():

@@ -9,6 +9,7 @@ its caller (a phase deadline) keeps what it saw so far and is marked ``cancelled
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -241,7 +242,7 @@ async def admission_counts(client: Any, prefix: str) -> dict[str, dict[str, int]
             pipe.hgetall(ns + name)
         replies = await pipe.execute()
     return {name: {k: int(v) for k, v in reply.items()}
-            for name, reply in zip(ADMISSION_COUNTERS, replies)}
+            for name, reply in zip(ADMISSION_COUNTERS, replies, strict=True)}
 
 
 async def sample_admission(redis_url: str, prefix: str, period: float,
@@ -253,10 +254,8 @@ async def sample_admission(redis_url: str, prefix: str, period: float,
     client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
     try:
         while True:
-            try:
+            with contextlib.suppress(OSError, ValueError, redis.RedisError):
                 out.append({"t": now(), **await admission_counts(client, prefix)})
-            except (OSError, ValueError, redis.RedisError):
-                pass
             await asyncio.sleep(period)
     finally:
         await client.aclose()

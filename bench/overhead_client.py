@@ -21,6 +21,7 @@ stop sending at the window's end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -287,7 +288,7 @@ async def run_phases(specs: Sequence[PhaseSpec], index: int, processes: int) -> 
     """Run ``specs`` side by side; this process takes workers index, index + processes, ..."""
     results = [PhaseResult() for _ in specs]
     runs = []
-    for spec, result in zip(specs, results):
+    for spec, result in zip(specs, results, strict=True):
         quota = [0]
         if spec.max_requests is not None:
             quota[0] = spec.max_requests // processes + (index < spec.max_requests % processes)
@@ -361,16 +362,14 @@ class LoadGenerators:
             if not totals:
                 totals = parts
             else:
-                for total, part in zip(totals, parts):
+                for total, part in zip(totals, parts, strict=True):
                     total.merge(part)
         return totals
 
     def close(self) -> None:
         for process, conn in self._children:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send(None)
-            except OSError:
-                pass
             process.join(5)
             if process.is_alive():
                 process.kill()

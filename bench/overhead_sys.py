@@ -3,6 +3,7 @@ process and everything it started (uvicorn workers, LiteLLM's children), without
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,10 +58,8 @@ def cpu_seconds(pids: Iterable[int]) -> float:
 def rss_bytes(pids: Iterable[int]) -> int:
     total = 0
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-        except (OSError, IndexError, ValueError):
-            pass
     return total
 
 

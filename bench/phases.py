@@ -1,10 +1,11 @@
 """One measured phase of the fairness benchmark: an optional batch flood and optional
 interactive users, aimed at the engine directly or at the gateway, with the engine sampled.
 
-The flood (its own process: bench/flood.py) starts first and runs for ``warmup`` seconds, so the interactive users arrive at a card
-that is already full. Interactive users send until the window closes; their last requests may
-finish during the drain (the flood keeps running so conditions do not change), up to a hard
-deadline after which what is still open is cut off and counted with a lower-bound TTFT.
+The flood (its own process: bench/flood.py) starts first and runs for ``warmup`` seconds, so the
+interactive users arrive at a card that is already full. Interactive users send until the window
+closes; their last requests may finish during the drain (the flood keeps running so conditions do
+not change), up to a hard deadline after which what is still open is cut off and counted with a
+lower-bound TTFT.
 """
 
 from __future__ import annotations

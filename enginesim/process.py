@@ -11,6 +11,7 @@ Only the standard library is used here; the one client-side module, load.py, use
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -138,10 +139,8 @@ class EngineSimProcess:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.log_path)
-        except OSError:
-            pass
 
     def __enter__(self) -> EngineSimProcess:
         return self

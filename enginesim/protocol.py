@@ -161,10 +161,7 @@ def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionReque
     priority = _int_field(data, "priority", 0) or 0
     min_tokens = _int_field(data, "min_tokens", 0) or 0
     seed = prompt_seed(units)
-    if _bool_field(data, "ignore_eos"):
-        target = max_tokens
-    else:
-        target = natural_length(seed, max_tokens, min_tokens)
+    target = max_tokens if _bool_field(data, "ignore_eos") else natural_length(seed, max_tokens, min_tokens)
     user = data.get("user")
     return CompletionRequest(chat, units, prompt_tokens, max_tokens, target, stream,
                              include_usage, priority, seed, user if isinstance(user, str) else "")

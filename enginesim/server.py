@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -127,10 +128,8 @@ class EngineSimApp:
         if self._bearer is not None and path.startswith("/v1/") and not self._authorized(scope):
             await respond(send, 401, error_body(401, "Unauthorized", "AuthenticationError"))
             return
-        try:
+        with contextlib.suppress(ClientGone):
             await handler(scope, receive, send)
-        except ClientGone:
-            pass
 
     def _authorized(self, scope: Scope) -> bool:
         for name, value in scope["headers"]:

@@ -1,5 +1,6 @@
-"""The ASGI entry point. /v1/ (the OpenAI-compatible proxy) goes straight to the proxy views
-through a lean adapter (fairness/asgi.py); the pages get Django's full request cycle."""
+"""The ASGI entry point. /v1/ (the OpenAI-compatible proxy) goes straight to the gateway's lean
+adapter (fairness/gateway/asgi.py), which also owns the lifespan; the pages get Django's full
+request cycle."""
 
 import os
 
@@ -9,12 +10,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 
 pages = get_asgi_application()
 
-from fairness.gateway import asgi  # noqa: E402  (needs the apps loaded by the line above)
+from fairness.gateway.asgi import PREFIX, GatewayApp  # noqa: E402  (needs the apps loaded above)
 
-PROXY_PREFIX = "/v1/"
+gateway = GatewayApp()
 
 
 async def application(scope, receive, send):
-    if scope["type"] == "http" and scope["path"].startswith(PROXY_PREFIX):
-        return await asgi.app(scope, receive, send)
+    if scope["type"] == "lifespan":
+        return await gateway.lifespan(receive, send)
+    if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+        return await gateway(scope, receive, send)
     return await pages(scope, receive, send)

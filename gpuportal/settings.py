@@ -180,6 +180,9 @@ GP_UPSTREAM_READ_TIMEOUT = envfloat("GP_UPSTREAM_READ_TIMEOUT", 300.0)
 GP_KEY_CACHE_SECONDS = envfloat("GP_KEY_CACHE_SECONDS", 60.0)
 GP_AUTH_EPOCH_CHECK_SECONDS = envfloat("GP_AUTH_EPOCH_CHECK_SECONDS", 0.5)
 GP_LEASE_TTL_SECONDS = envfloat("GP_LEASE_TTL_SECONDS", 30.0)
+# After SIGTERM, how long requests in flight may run on before they are cut off (a rolling
+# restart loses no request shorter than this).
+GP_SHUTDOWN_GRACE_SECONDS = envfloat("GP_SHUTDOWN_GRACE_SECONDS", 30.0)
 # Engine slots a borrowing tier leaves free for others. Three keeps a small group's chats from
 # ever waiting for a borrowed slot (bench/fairness.py: with 2, a third concurrent chat waited for a
 # batch request to end about one time in twenty) at about a tenth of the batch job's throughput.

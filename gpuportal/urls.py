@@ -1,7 +1,6 @@
 from django.contrib import admin
-from django.urls import include, path
-
 from django.contrib.auth import views as auth_views
+from django.urls import include, path
 
 from fairness.portal.public_api import api
 from fairness.portal.signin import SignInView

@@ -104,7 +104,8 @@ def worker(live_db_url: str, redis_url: str, transactional_db):
     from tests.worker_process import WorkerProcess
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    process = WorkerProcess(gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5"), LOG_DIR / f"worker-{free_port()}.log")
+    env = gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5")
+    process = WorkerProcess(env, LOG_DIR / f"worker-{free_port()}.log")
     yield process
     process.stop()
 
@@ -144,7 +145,7 @@ def cast(tiers) -> dict[str, Member]:
     """alice and bob are interactive, carol runs batch jobs."""
     from django.contrib.auth import get_user_model
 
-    from fairness.gateway.api_keys import issue_key
+    from fairness.portal.keys import issue_key
 
     members = {}
     for username, tier_name in (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch")):

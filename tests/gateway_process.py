@@ -32,11 +32,11 @@ class GatewayProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 -- the process writes to it until stop()
         command = [
             sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-            "--no-access-log", "--lifespan", "off",
+            "--no-access-log", "--lifespan", "on",
         ]
         if workers > 1:
             command += ["--workers", str(workers)]
@@ -65,6 +65,17 @@ class GatewayProcess:
         """SIGKILL, as a crash would: no cleanup runs."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
+
+    def terminate(self) -> None:
+        """SIGTERM, as an orchestrator's rolling restart sends it; returns without waiting."""
+        os.killpg(self.process.pid, signal.SIGTERM)
+
+    def wait_exit(self, timeout: float) -> int:
+        """The exit status once the process has ended on its own; fails after `timeout`."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"gateway still running {timeout}s later:\n{self.log_tail()}") from None
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -14,7 +14,7 @@ from tests.gateway_process import ROOT
 class WorkerProcess:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 -- the process writes to it until stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "-B", "--loglevel", "INFO",
              "--concurrency", "1", "--pool", "solo", "--schedule", str(log_path.with_suffix(".beat"))],

@@ -1,18 +1,16 @@
-"""API keys: minting, hashing, and the gateway's cached lookup."""
+"""API keys on the request path: the bearer header, the hash, and the cached lookup.
+
+Minting lives with the portal (portal/keys.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, close_old_connections, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
 from fairness.gateway.errors import ApiError
 from fairness.models import ApiKey, Tier
@@ -21,39 +19,8 @@ SECRET_PREFIX = "gp-"
 VISIBLE_CHARS = 11  # "gp-" and 8 characters: enough to tell keys apart, useless to an attacker
 
 
-def mint_secret() -> str:
-    # 32 random bytes: the hash needs no salt or stretching at this entropy.
-    return SECRET_PREFIX + secrets.token_urlsafe(32)
-
-
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def issue_key(
-    owner: AbstractBaseUser,
-    tier: Tier,
-    *,
-    label: str = "",
-    expires_at: dt.datetime | None = None,
-) -> tuple[ApiKey, str]:
-    """Create a key; the secret is returned once and never stored."""
-    for _ in range(5):
-        secret = mint_secret()
-        try:
-            with transaction.atomic():
-                key = ApiKey.objects.create(
-                    owner=owner,
-                    tier=tier,
-                    label=label,
-                    prefix=secret[:VISIBLE_CHARS],
-                    secret_hash=hash_secret(secret),
-                    expires_at=expires_at,
-                )
-            return key, secret
-        except IntegrityError:  # a prefix collision: vanishingly rare, try another secret
-            continue
-    raise RuntimeError("could not mint a unique key prefix")
 
 
 @dataclass(frozen=True)
@@ -158,13 +125,3 @@ class KeyCache:
         if info.expires_at is not None and info.expires_at <= time.time():
             raise ApiError(401, "This API key has expired.", "expired_api_key")
         return info
-
-
-def revoke_by_prefix(prefix: str) -> ApiKey:
-    key = ApiKey.objects.get(prefix=prefix)
-    key.revoke()
-    return key
-
-
-def expiry_in_days(days: int | None) -> dt.datetime | None:
-    return timezone.now() + dt.timedelta(days=days) if days else None

@@ -1,33 +1,44 @@
-"""A lean ASGI front for /v1/: the proxy views without Django's request cycle.
+"""The ASGI front of /v1/: the one route table, the one body-size check, the one request id.
 
 Django's ASGI handler wraps every request in a thread-sensitive context and runs the
 request_started / request_finished signals and response.close() through sync_to_async, which
 means a fresh worker thread and several thread hops per request. None of that serves the
 proxy: it has no middleware, sessions or templates, and its own code is async. So /v1/ gets this
-small adapter instead: it reads the body (stopping at the size limit), calls the view, sends the
-response, and cancels the view when the client disconnects, as Django does.
+small adapter instead: it reads the body (stopping at the size limit), calls the view with the
+process's runtime, sends the response, and cancels the view when the client disconnects.
+
+It also answers the ASGI lifespan: the runtime is made at start-up and closed at shutdown.
+On SIGTERM the server stops accepting connections and waits for the requests in flight; this
+app gives them GP_SHUTDOWN_GRACE_SECONDS and then cancels what is left (each cancelled request
+gives its lease back), so shutdown ends whatever the server's own graceful timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
+import signal
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis.exceptions
 from django.conf import settings
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBase
 
 from fairness.gateway import views
 from fairness.gateway.errors import ApiError
+from fairness.gateway.runtime import GatewayRuntime
+from fairness.gateway.views import GatewayRequest
 
 log = logging.getLogger(__name__)
 
-View = Callable[[Any], Awaitable[HttpResponseBase]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+View = Callable[[GatewayRequest, GatewayRuntime], Awaitable[HttpResponseBase]]
+
+PREFIX = "/v1/"
 ROUTES: dict[str, View] = {
     "/v1/chat/completions": views.chat_completions,
     "/v1/completions": views.completions,
@@ -39,7 +50,137 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
+class GatewayApp:
+    """The ASGI application for /v1/ and the lifespan, holding this process's runtime."""
+
+    def __init__(self) -> None:
+        self.runtime: GatewayRuntime | None = None
+        self._requests: set[asyncio.Task[Any]] = set()
+        self._grace: asyncio.TimerHandle | None = None
+
+    async def lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    self.runtime = GatewayRuntime.from_settings()
+                    await self.runtime.start()
+                    self._watch_for_shutdown()
+                except Exception as exc:
+                    log.exception("gateway start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.runtime is not None:
+                    try:
+                        await self.runtime.close()
+                    except Exception:
+                        log.exception("gateway shutdown failed")
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _watch_for_shutdown(self) -> None:
+        """Start the grace period when the server is told to stop. The server's own handlers
+        stay in place: ours runs first and hands the signal on."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if not callable(previous):
+                continue  # not the server's: leave the default behaviour alone
+
+            def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+                loop.call_soon_threadsafe(self._start_grace)
+                previous(signum, frame)
+
+            try:
+                signal.signal(signum, handler)
+            except ValueError:  # not the main thread: no graceful cut-off, the server's applies
+                return
+
+    def _start_grace(self) -> None:
+        if self._grace is None:
+            grace = settings.GP_SHUTDOWN_GRACE_SECONDS
+            log.info("shutting down: %d requests in flight get %g s", len(self._requests), grace)
+            self._grace = asyncio.get_running_loop().call_later(grace, self._cut_off)
+
+    def _cut_off(self) -> None:
+        for task in list(self._requests):
+            task.cancel()
+
+    def _runtime(self) -> GatewayRuntime:
+        if self.runtime is None:
+            # A server run without the lifespan: the runtime is made on first use and its
+            # leases expire with the lease TTL instead of being given back at shutdown.
+            log.warning("no ASGI lifespan: run the server with lifespan on to shut down cleanly")
+            self.runtime = GatewayRuntime.from_settings()
+        return self.runtime
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        request_id = "req-" + uuid.uuid4().hex
+        try:
+            body = await _read_body(receive)
+        except _TooLarge:
+            limit = settings.GP_MAX_BODY_BYTES
+            error = ApiError(
+                413, f"The request body exceeds the limit of {limit} bytes.", "request_too_large"
+            )
+            await _send_response(error.response(), send, request_id)
+            return
+        if body is None:
+            return  # gone before we could answer
+        request = GatewayRequest(
+            method=scope["method"],
+            path=scope["path"],
+            headers={
+                name.decode("latin-1").lower(): value.decode("latin-1")
+                for name, value in reversed(scope["headers"])  # the first of repeats wins
+            },
+            body=body,
+            request_id=request_id,
+        )
+        answering = asyncio.ensure_future(self._answer(request, send))
+        watching = asyncio.ensure_future(_until_disconnect(receive))
+        self._requests.add(answering)
+        answering.add_done_callback(self._requests.discard)
+        try:
+            await asyncio.wait({answering, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (answering, watching):
+                if not task.done():
+                    task.cancel()  # a client that left cancels its request; the view cleans up
+                with contextlib.suppress(asyncio.CancelledError):
+                    try:
+                        await task
+                    except Exception:
+                        log.exception("proxy request %s failed", request_id)
+
+    async def _answer(self, request: GatewayRequest, send: Send) -> None:
+        await _send_response(await self._respond(request), send, request.request_id)
+
+    async def _respond(self, request: GatewayRequest) -> HttpResponseBase:
+        """The view's answer; every failure becomes an OpenAI-shaped error."""
+        view = ROUTES.get(request.path.rstrip("/") or "/")
+        try:
+            if view is None:
+                raise ApiError(404, f"Unknown endpoint {request.path}.", "unknown_url")
+            return await view(request, self._runtime())
+        except ApiError as exc:
+            return exc.response()
+        except redis.exceptions.RedisError:
+            log.exception("redis unavailable")
+            return ApiError(
+                503, "The gateway's state store is unavailable; try again shortly.",
+                "store_unavailable", retry_after=5,
+            ).response()  # fmt: skip
+        except Exception:
+            log.exception("unexpected gateway error for %s", request.request_id)
+            return ApiError(
+                502, "The gateway failed to handle this request.", "gateway_error"
+            ).response()
+
+
+async def _read_body(receive: Receive) -> bytes | None:
     """The whole body, None if the client left first; _TooLarge past the limit."""
     limit = settings.GP_MAX_BODY_BYTES
     chunks, size = [], 0
@@ -56,16 +197,22 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _send_response(response: HttpResponseBase, send: Callable[[dict], Awaitable[None]]) -> None:
-    headers = [(name.lower().encode("latin-1"), str(value).encode("latin-1")) for name, value in response.items()]
+async def _send_response(response: HttpResponseBase, send: Send, request_id: str) -> None:
+    response["X-Request-Id"] = request_id
+    headers = [
+        (name.lower().encode("latin-1"), str(value).encode("latin-1"))
+        for name, value in response.items()
+    ]
     if not response.streaming:
         assert isinstance(response, HttpResponse)
         body = response.content
         headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        start = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        await send(start)
         await send({"type": "http.response.body", "body": body})
         return
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    start = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+    await send(start)
     try:
         async for chunk in response.streaming_content:  # type: ignore[attr-defined]
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -74,42 +221,7 @@ async def _send_response(response: HttpResponseBase, send: Callable[[dict], Awai
         response.close()  # the relay's cleanup, should iteration not have finished it
 
 
-async def _until_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
+async def _until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
-
-async def app(scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[[dict], Awaitable[None]]) -> None:
-    view = ROUTES.get(scope["path"].rstrip("/") or "/")
-    try:
-        body = await _read_body(receive)
-    except _TooLarge:
-        error = ApiError(413, f"The request body exceeds the limit of {settings.GP_MAX_BODY_BYTES} bytes.",
-                         "request_too_large")
-        await _send_response(error.response({"X-Request-Id": "req-" + uuid.uuid4().hex}), send)
-        return
-    if body is None:
-        return  # gone before we could answer
-    if view is None:
-        error = ApiError(404, f"Unknown endpoint {scope['path']}.", "unknown_url")
-        await _send_response(error.response({"X-Request-Id": "req-" + uuid.uuid4().hex}), send)
-        return
-    request = ASGIRequest(scope, io.BytesIO(body))
-
-    async def respond() -> None:
-        response = await view(request)
-        await _send_response(response, send)
-
-    answering = asyncio.ensure_future(respond())
-    watching = asyncio.ensure_future(_until_disconnect(receive))
-    try:
-        await asyncio.wait({answering, watching}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (answering, watching):
-            if not task.done():
-                task.cancel()  # a client that left cancels its request; the view cleans up
-            with contextlib.suppress(asyncio.CancelledError):
-                try:
-                    await task
-                except Exception:
-                    log.exception("proxy request failed")

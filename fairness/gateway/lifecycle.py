@@ -6,25 +6,21 @@ whichever way the request ends (done, engine error, client gone, cancelled).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 import redis.exceptions
 
-from fairness.telemetry import gateway_metrics
-from fairness.telemetry import usage
-from fairness.scheduling.admission import Demand, Grant, QueueFull, QueueTimeout
-from fairness.store.redis_clients import redis_async
-from fairness.gateway.errors import ApiError
-from fairness.gateway.runtime import gateway
+from fairness.gateway import accounting
 from fairness.gateway.api_keys import KeyInfo
-from fairness.store.redis_lane import Command
+from fairness.gateway.errors import ApiError
+from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
+from fairness.scheduling.admission import Demand, Grant, QueueFull, QueueTimeout
 from fairness.scheduling.directory import ReplicaInfo
+from fairness.store.redis_lane import Command, first_error
 
 log = logging.getLogger(__name__)
-_settling: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
 
 def demand_of(key: KeyInfo, group: str) -> Demand:
@@ -42,10 +38,16 @@ def demand_of(key: KeyInfo, group: str) -> Demand:
     )
 
 
-class Exchange:
-    def __init__(self, request_id: str, key: KeyInfo, endpoint: str, model: str, stream: bool) -> None:
+class RequestLifecycle:
+    """What one proxied request holds, given back exactly once by `close`."""
+
+    def __init__(
+        self, runtime: GatewayRuntime, request_id: str, key: KeyInfo, endpoint: str, model: str,
+        stream: bool,
+    ) -> None:
+        self.runtime = runtime
         self.started = time.perf_counter()
-        self.event: usage.UsageEvent = {
+        self.event: accounting.UsageEvent = {
             "key_id": key.id,
             "tier": key.tier.name,
             "request_id": request_id,
@@ -69,7 +71,7 @@ class Exchange:
     async def admit(self, demand: Demand) -> None:
         """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
         try:
-            self.grant = await gateway.admission().acquire(demand)
+            self.grant = await self.runtime.admission.acquire(demand)
         except QueueFull as exc:
             self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
@@ -86,12 +88,12 @@ class Exchange:
         self.event["replica"] = replica.name
         if routed:
             self.replica = replica
-            gateway.loop_state().load.add(replica.name)
+            self.runtime.load.add(replica.name)
 
     def unbind(self) -> None:
         if self.replica is not None:
             replica, self.replica = self.replica, None
-            gateway.loop_state().load.done(replica.name)
+            self.runtime.load.done(replica.name)
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
         """Give back and account, once. The Redis work runs in the background: the client
@@ -101,28 +103,22 @@ class Exchange:
         self._closed = True
         self.unbind()
         self._finish_event(status, tally)
-        task = asyncio.get_running_loop().create_task(self._settle())
-        _settling.add(task)
-        task.add_done_callback(_settling.discard)
+        self.runtime.in_background(self._settle())
 
     async def _settle(self) -> None:
         """The lease back and the usage recorded, in one round trip."""
         try:
             if self.grant is not None:
-                await gateway.admission().release(self.grant, also=self._accounting())
+                await self.runtime.admission.release(self.grant, also=self._accounting())
             else:
-                pipe = redis_async().pipeline(transaction=False)
-                for command in self._accounting():
-                    pipe.execute_command(*command)
-                await pipe.execute()
+                error = first_error(await self.runtime.lane.execute(*self._accounting()))
+                if error is not None:
+                    raise error
         except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
             log.warning("could not settle %s", self.event["request_id"], exc_info=True)
 
     def _accounting(self) -> list[Command]:
-        return [
-            usage.command(self.event),
-            *gateway_metrics.commands(self.event, admitted=self.grant is not None, refusal=self.refusal),
-        ]
+        return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event

@@ -1,73 +1,136 @@
-"""The gateway process's shared state: caches, the replica directory, admission, load, health.
+"""One gateway process's runtime: the key cache, the replica directory, admission, the load book
+and the health loop, with a lifecycle.
 
-One `Gateway` per process. The pieces that own connections or tasks (admission's pub/sub, the
-load book's heartbeat, the health loop) live per event loop, as asyncio objects must.
+The ASGI lifespan makes it when the server starts and closes it when the server stops: by then
+the server has let the requests in flight finish (uvicorn's graceful shutdown), and closing gives
+back at once whatever this process still holds (leases, tickets, published load counts) instead of
+leaving it to expire with the lease TTL, then closes the pools.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import weakref
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
+import redis.asyncio
 import redis.exceptions
 from django.conf import settings
 
-from fairness.scheduling import health
-from fairness.scheduling import routing
-from fairness.scheduling.admission import Admission
-from fairness.store.redis_clients import redis_async
-from fairness.store.config_epoch import EpochWatch
+from fairness.gateway import engine_client, health_probes
 from fairness.gateway.api_keys import KeyCache
+from fairness.gateway.replica_rows import load_directory
+from fairness.scheduling import health, routing
+from fairness.scheduling.admission import Admission
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
+from fairness.store.config_epoch import EpochWatch
+from fairness.store.redis_clients import redis_async
+from fairness.store.redis_lane import RedisLane
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class LoopState:
-    admission: Admission
-    load: routing.LoadBook
-    health_task: asyncio.Task[None] | None = None
+@dataclass(frozen=True)
+class RuntimeSettings:
+    key_cache_seconds: float
+    epoch_check_seconds: float
+    lease_ttl: float
+    reserve_slots: int
+    routing_epsilon: float
+    routing_bound_floor: float
+    health_interval: float
+    health_timeout: float
+    health_cooldown: float
+
+    @classmethod
+    def from_django(cls) -> RuntimeSettings:
+        return cls(
+            key_cache_seconds=settings.GP_KEY_CACHE_SECONDS,
+            epoch_check_seconds=settings.GP_AUTH_EPOCH_CHECK_SECONDS,
+            lease_ttl=settings.GP_LEASE_TTL_SECONDS,
+            reserve_slots=settings.GP_RESERVE_SLOTS,
+            routing_epsilon=settings.GP_ROUTING_EPSILON,
+            routing_bound_floor=settings.GP_ROUTING_BOUND_FLOOR,
+            health_interval=settings.GP_HEALTH_INTERVAL_SECONDS,
+            health_timeout=settings.GP_HEALTH_TIMEOUT_SECONDS,
+            health_cooldown=settings.GP_HEALTH_COOLDOWN_SECONDS,
+        )
 
 
-class Gateway:
-    def __init__(self) -> None:
-        self.keys = KeyCache(settings.GP_KEY_CACHE_SECONDS)
-        self.epoch = EpochWatch(settings.GP_AUTH_EPOCH_CHECK_SECONDS)
+class GatewayRuntime:
+    """Everything one gateway process shares between its requests. Made and used on one event
+    loop (its connections and tasks belong to that loop)."""
+
+    def __init__(self, config: RuntimeSettings, client: redis.asyncio.Redis) -> None:
+        self.config = config
+        self.redis = client
+        # One multiplexed connection for every per-request round trip: admission's scripts,
+        # routing's reads, the load book's writes, the accounting.
+        self.lane = RedisLane.like(client)
+        self.keys = KeyCache(config.key_cache_seconds)
+        self.epoch = EpochWatch(config.epoch_check_seconds)
+        ttl = config.lease_ttl
+        self.admission = Admission(
+            client, lane=self.lane, lease_ttl=ttl, reserve_slots=config.reserve_slots,
+            recheck_seconds=min(1.0, ttl / 3),
+        )  # fmt: skip
+        self.load = routing.LoadBook(client, lane=self.lane)
         self.directory: ReplicaDirectory | None = None
         self._capacity: dict[str, int] = {}
         self._reload_lock = asyncio.Lock()
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopState] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._health_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
-    def loop_state(self) -> LoopState:
-        loop = asyncio.get_running_loop()
-        state = self._loops.get(loop)
-        if state is None:
-            client = redis_async()
-            ttl = settings.GP_LEASE_TTL_SECONDS
-            state = LoopState(
-                admission=Admission(
-                    client, lease_ttl=ttl, reserve_slots=settings.GP_RESERVE_SLOTS,
-                    recheck_seconds=min(1.0, ttl / 3),
-                ),
-                load=routing.LoadBook(client),
-            )
-            self._loops[loop] = state
-        return state
+    @classmethod
+    def from_settings(cls) -> GatewayRuntime:
+        return cls(RuntimeSettings.from_django(), redis_async())
 
-    def admission(self) -> Admission:
-        return self.loop_state().admission
+    async def start(self) -> None:
+        """Load the directory and start probing. Redis or the database may be down at start-up:
+        the first request tries again."""
+        try:
+            await self.refresh()
+        except (redis.exceptions.RedisError, OSError):
+            log.warning("gateway start-up: Redis unavailable; retrying on the first request")
+
+    async def close(self) -> None:
+        """Give back what this process holds, at once, and close its connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        if self._background:  # usage and releases on their way to Redis
+            await asyncio.wait(self._background, timeout=5)
+        try:
+            await self.admission.close()
+            await self.load.close(withdraw=True)
+        except (redis.exceptions.RedisError, OSError):
+            log.warning("gateway shutdown: Redis unavailable; what this process held expires")
+        finally:
+            await self.lane.aclose()
+            await engine_client.aclose()
+            await self.redis.aclose()
+
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` to its end even if the request that started it is cancelled; shutdown
+        waits for it."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def refresh(self) -> ReplicaDirectory:
         """The current directory; reloads it (once, others waiting) when the config changed."""
         async with self._reload_lock:
-            if await self.epoch.changed(redis_async()) or self.directory is None:
+            if await self.epoch.changed(self.redis) or self.directory is None:
                 self.keys.clear()
-                self.directory = await ReplicaDirectory.load()
+                self.directory = await load_directory()
                 await self.sync_capacity()
                 self._ensure_health_loop()
         return self.directory
@@ -77,7 +140,7 @@ class Gateway:
         if self.directory is None:
             return
         groups = self.directory.groups()
-        up = await health.healthy(redis_async(), self.directory.all)
+        up = await health.healthy(self.redis, self.directory.all)
         capacity = {
             group: sum(r.max_num_seqs for r in members if r.name in up)
             for group, members in groups.items()
@@ -85,7 +148,7 @@ class Gateway:
         for group in set(self._capacity) - set(capacity):
             capacity[group] = 0  # a deployment that no longer exists offers nothing
         for group, slots in capacity.items():
-            await self.admission().set_capacity(group, slots)
+            await self.admission.set_capacity(group, slots)
         self._capacity = {g: s for g, s in capacity.items() if g in groups}
 
     def has_capacity(self, group: str) -> bool:
@@ -95,34 +158,33 @@ class Gateway:
     async def plan(self, replicas: list[ReplicaInfo], key: str | None) -> list[ReplicaInfo]:
         if len(replicas) == 1:
             return replicas  # nothing to choose: spare the round trip
+        config = self.config
         return await routing.plan(
-            self.loop_state().load, replicas, key, settings.GP_ROUTING_EPSILON, settings.GP_ROUTING_BOUND_FLOOR
+            self.load, replicas, key, config.routing_epsilon, config.routing_bound_floor
         )
 
     async def replica_failed(self, replica: ReplicaInfo) -> None:
         """Passive health: no new requests for one cooldown, and its slots withdrawn."""
-        await health.mark_down(redis_async(), replica, settings.GP_HEALTH_COOLDOWN_SECONDS)
+        await health.mark_down(self.redis, replica, self.config.health_cooldown)
         await self.sync_capacity()
 
     def _ensure_health_loop(self) -> None:
-        state = self.loop_state()
-        if state.health_task is None or state.health_task.done():
-            state.health_task = asyncio.get_running_loop().create_task(self._health_loop())
+        if self._closed:
+            return
+        if self._health_task is None or self._health_task.done():
+            self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
 
     async def _health_loop(self) -> None:
         """Probe every replica's /health (one process per interval does it for all) and keep
         admission's capacity in step with the verdicts."""
-        interval = settings.GP_HEALTH_INTERVAL_SECONDS
+        interval = self.config.health_interval
         while True:
             try:
                 if self.directory is not None:
-                    await health.probe_if_due(
-                        redis_async(), self.directory.all, interval, settings.GP_HEALTH_TIMEOUT_SECONDS
+                    await health_probes.probe_if_due(
+                        self.redis, self.directory.all, interval, self.config.health_timeout
                     )
                     await self.sync_capacity()
             except (redis.exceptions.RedisError, OSError):
                 log.warning("health loop: Redis unavailable", exc_info=True)
             await asyncio.sleep(interval)
-
-
-gateway = Gateway()

@@ -1,4 +1,9 @@
-"""The OpenAI-compatible endpoints: authenticate, admit, route, forward, account."""
+"""The OpenAI-compatible endpoints: authenticate, admit, route, forward, account.
+
+Each view takes the request the ASGI adapter (gateway/asgi.py) read and the process's runtime,
+and answers with a response or raises ApiError, which the adapter turns into an OpenAI-shaped
+error: nothing escapes as a 500 page.
+"""
 
 from __future__ import annotations
 
@@ -6,98 +11,68 @@ import asyncio
 import json
 import logging
 import time
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx
-import redis.exceptions
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from fairness.scheduling import routing
-from fairness.gateway import engine_client
-from fairness.gateway import request_parsing
+from fairness.gateway import engine_client, request_parsing
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
-from fairness.gateway.lifecycle import Exchange, demand_of
-from fairness.gateway.runtime import gateway
+from fairness.gateway.lifecycle import RequestLifecycle, demand_of
+from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
+from fairness.scheduling import routing
 from fairness.scheduling.directory import ReplicaInfo
 
 log = logging.getLogger(__name__)
 
 REPLICA_HEADER = "X-GPUPortal-Replica"
 QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
-SESSION_HEADER = "X-Session-ID"
+SESSION_HEADER = "x-session-id"
 
 
-@csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await _guarded(request, lambda rid: _proxy(request, rid, request_parsing.CHAT))
+@dataclass(frozen=True)
+class GatewayRequest:
+    """One /v1 request as the adapter read it: the body is whole and within the size limit."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes
+    request_id: str
 
 
-@csrf_exempt
-async def completions(request: HttpRequest) -> HttpResponse:
-    return await _guarded(request, lambda rid: _proxy(request, rid, request_parsing.COMPLETIONS))
+async def chat_completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    return await _proxy(request, runtime, request_parsing.CHAT)
 
 
-async def models(request: HttpRequest) -> HttpResponse:
-    async def listing(rid: str) -> HttpResponse:
-        if request.method != "GET":
-            raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
-        directory = await gateway.refresh()
-        key = await gateway.keys.authenticate(request.headers.get("authorization"))
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
-            for name in directory.models()
-            if directory.serving(name, key.tier.name)
-        ]
-        return HttpResponse(json.dumps({"object": "list", "data": data}), content_type="application/json")
-
-    return await _guarded(request, listing)
+async def completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    return await _proxy(request, runtime, request_parsing.COMPLETIONS)
 
 
-async def _guarded(request: HttpRequest, handler: Callable[[str], Awaitable[HttpResponse]]) -> HttpResponse:
-    """Every failure becomes an OpenAI-shaped error; nothing escapes as a 500 page."""
-    request_id = "req-" + uuid.uuid4().hex
-    try:
-        response = await handler(request_id)
-    except ApiError as exc:
-        response = exc.response()
-    except redis.exceptions.RedisError:
-        log.exception("redis unavailable")
-        response = ApiError(
-            503, "The gateway's state store is unavailable; try again shortly.", "store_unavailable",
-            retry_after=5,
-        ).response()
-    except Exception:
-        log.exception("unexpected gateway error for %s", request_id)
-        response = ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
-    response["X-Request-Id"] = request_id
-    return response
-
-
-def _read_body(request: HttpRequest) -> bytes:
-    too_big = ApiError(
-        413, f"The request body exceeds the limit of {settings.GP_MAX_BODY_BYTES} bytes.", "request_too_large"
+async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
+    if request.method != "GET":
+        raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
+    directory = await runtime.refresh()
+    key = await runtime.keys.authenticate(request.headers.get("authorization"))
+    data = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
+        for name in directory.models()
+        if directory.serving(name, key.tier.name)
+    ]
+    return HttpResponse(
+        json.dumps({"object": "list", "data": data}), content_type="application/json"
     )
-    try:
-        body = request.body
-    except RequestDataTooBig:
-        raise too_big from None
-    if len(body) > settings.GP_MAX_BODY_BYTES:
-        raise too_big
-    return body
 
 
-async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpResponse:
+async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str) -> HttpResponseBase:
     if request.method != "POST":
         raise ApiError(405, "Use POST for this endpoint.", "method_not_allowed")
-    directory = await gateway.refresh()
-    key = await gateway.keys.authenticate(request.headers.get("authorization"))
-    body = _read_body(request)
+    directory = await runtime.refresh()
+    key = await runtime.keys.authenticate(request.headers.get("authorization"))
+    body = request.body
     parsed = request_parsing.parse(body, endpoint)
     serving = directory.serving(parsed.model)
     if not serving:
@@ -109,59 +84,62 @@ async def _proxy(request: HttpRequest, request_id: str, endpoint: str) -> HttpRe
             "model_not_available_for_tier", param="model",
         )
     group = directory.group(parsed.model, key.tier.name)
-    if not gateway.has_capacity(group):
+    if not runtime.has_capacity(group):
         raise ApiError(
             503, f"No healthy replica serves '{parsed.model}' right now.", "no_healthy_replica", retry_after=10
         )
 
-    exchange = Exchange(request_id, key, endpoint, parsed.model, parsed.stream)
+    lifecycle = RequestLifecycle(
+        runtime, request.request_id, key, endpoint, parsed.model, parsed.stream
+    )
     try:
-        await exchange.admit(demand_of(key, group))
+        await lifecycle.admit(demand_of(key, group))
         conversation = routing.conversation_key(parsed.payload, request.headers.get(SESSION_HEADER))
-        order = await gateway.plan(replicas, conversation)
+        order = await runtime.plan(replicas, conversation)
         replica, response = await _forward(
-            order[:2], len(serving) > 1, exchange, parsed, body, request.path, request_id, key.tier.engine_priority
+            order[:2], len(serving) > 1, lifecycle, parsed, body, request.path, request.request_id,
+            key.tier.engine_priority,
         )
-        headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(exchange.event["queued_ms"])}
+        headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
         if response.status_code != 200:
             error = await _engine_error(response, replica)
-            await exchange.close(error.status)
+            await lifecycle.close(error.status)
             return error.response(headers)
         if parsed.stream:
-            return _streaming(response, replica, exchange, parsed, headers)
-        return await _whole_response(response, replica, exchange, headers)
+            return _streaming(response, replica, lifecycle, parsed, headers)
+        return await _whole_response(response, replica, lifecycle, headers)
     except ApiError as exc:
-        await exchange.close(exc.status)
+        await lifecycle.close(exc.status)
         raise
     except asyncio.CancelledError:  # the client left while we waited
-        await asyncio.shield(exchange.close(499))
+        await asyncio.shield(lifecycle.close(499))
         raise
     except BaseException:
-        await asyncio.shield(exchange.close(502))
+        await asyncio.shield(lifecycle.close(502))
         raise
 
 
 async def _forward(
-    candidates: list[ReplicaInfo], routed: bool, exchange: Exchange, parsed: request_parsing.ProxyRequest,
+    candidates: list[ReplicaInfo], routed: bool, lifecycle: RequestLifecycle, parsed: request_parsing.ProxyRequest,
     body: bytes, path: str, request_id: str, engine_priority: int,
 ) -> tuple[ReplicaInfo, EngineAnswer]:
     """Send to the first candidate; if it fails before answering anything, once to the next."""
     for attempt, replica in enumerate(candidates):
         last = attempt == len(candidates) - 1
-        exchange.bind(replica, routed)
+        lifecycle.bind(replica, routed)
         data = request_parsing.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
         try:
             response = await engine_client.open_stream(replica, path, data, request_id)
         except ApiError as exc:
             if exc.code != "upstream_unreachable":
                 raise  # a timeout is a busy engine, not a dead one: no retry, no mark
-            await gateway.replica_failed(replica)
+            await lifecycle.runtime.replica_failed(replica)
             if last:
                 raise
             continue
         if response.status_code >= 500:
             try:
-                await gateway.replica_failed(replica)
+                await lifecycle.runtime.replica_failed(replica)
             except BaseException:
                 await response.aclose()  # its connection goes back to the pool, not to waste
                 raise
@@ -173,13 +151,13 @@ async def _forward(
 
 
 def _streaming(
-    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange,
+    response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle,
     parsed: request_parsing.ProxyRequest, headers: dict[str, str],
 ) -> StreamingHttpResponse:
     relay = Relay(
         response,
         strip_usage=not parsed.wants_usage,
-        on_done=lambda tally: exchange.close(200, tally),
+        on_done=lambda tally: lifecycle.close(200, tally),
         replica_name=replica.name,
     )
     streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
@@ -191,7 +169,7 @@ def _streaming(
 
 
 async def _whole_response(
-    response: EngineAnswer, replica: ReplicaInfo, exchange: Exchange, headers: dict[str, str]
+    response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle, headers: dict[str, str]
 ) -> HttpResponse:
     try:
         raw = await response.aread()
@@ -205,7 +183,7 @@ async def _whole_response(
         raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
     tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
     tally.take_usage(counts)
-    await exchange.close(200, tally)
+    await lifecycle.close(200, tally)
     result = HttpResponse(raw, content_type="application/json")
     for name, value in headers.items():
         result[name] = value

@@ -13,7 +13,6 @@ from typing import Literal
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Sum
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -25,9 +24,8 @@ from pydantic import field_validator
 from fairness.portal import submit_once
 from fairness.portal import actions
 from fairness.gateway.api_keys import hash_secret
-from fairness.portal.queries import key_load
-from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier, UsageHourly
-from fairness.scheduling.directory import conflict_if_saved
+from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
+from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
 
 User = get_user_model()
 
@@ -44,10 +42,9 @@ class StaffSession(APIKeyCookie):
 
 class AdminTokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        found = AdminToken.objects.select_related("owner").filter(
-            secret_hash=hash_secret(token), revoked_at=None
-        ).first()
-        if found is None or not (found.owner.is_active and found.owner.is_staff):
+        # usable(): not revoked, not expired, owner still active staff; checked on every request.
+        found = AdminToken.objects.usable().select_related("owner").filter(secret_hash=hash_secret(token)).first()
+        if found is None:
             return None
         request.user = found.owner
         return found.owner
@@ -81,20 +78,6 @@ class Input(Schema):
 
 # -- keys ---------------------------------------------------------------------------------------
 
-class KeyOut(Schema):
-    prefix: str
-    owner: str
-    tier: str
-    label: str
-    created_at: dt.datetime
-    expires_at: dt.datetime | None
-    revoked_at: dt.datetime | None
-    last_used_at: dt.datetime | None
-    in_flight: int = 0
-    queued: int = 0
-    tokens_24h: int = 0
-
-
 class IssuedKey(Schema):
     key: KeyOut
     secret: str = Field(description="Shown once: store it now, it cannot be shown again.")
@@ -109,23 +92,6 @@ class KeyIn(Input):
 
 class RotateIn(Input):
     grace_seconds: int = Field(0, ge=0, le=30 * 86400)
-
-
-def key_out(key: ApiKey, load: dict[int, tuple[int, int]] | None = None, tokens: dict[int, int] | None = None) -> KeyOut:
-    in_flight, queued = (load or {}).get(key.pk, (0, 0))
-    return KeyOut(
-        prefix=key.prefix, owner=key.owner.get_username(), tier=key.tier.name, label=key.label,
-        created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
-        last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
-    )
-
-
-def tokens_last_day() -> dict[int, int]:
-    since = timezone.now() - dt.timedelta(hours=24)
-    rows = UsageHourly.objects.filter(hour__gte=since).values("key").annotate(
-        p=Sum("prompt_tokens"), c=Sum("completion_tokens")
-    )
-    return {row["key"]: (row["p"] or 0) + (row["c"] or 0) for row in rows}
 
 
 @router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
@@ -354,13 +320,9 @@ def add_replica(request, data: ReplicaIn):
     replica = Replica(**fields)
     try:
         replica.full_clean()
+        actions.save_replica(actor(request), replica, fields, tiers)  # refuses overlapping deployments
     except ValidationError as exc:
         raise invalid(exc) from None
-    conflict = conflict_if_saved(replica, frozenset(data.tiers))
-    if conflict:
-        raise HttpError(422, f"tiers: {conflict}")
-    actions.save_replica(actor(request), replica, fields)
-    replica.tiers.set(tiers)
     return Status(201, replica_out(replica))
 
 

@@ -12,8 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from fairness.telemetry import usage_rollup
-from fairness.portal.admin_api import tokens_last_day
-from fairness.portal.queries import key_load
+from fairness.portal.queries import key_load, tokens_last_day
 from fairness.models import ApiKey, Tier, UsageHourly
 
 USAGE_DAYS = 30

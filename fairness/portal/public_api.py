@@ -109,8 +109,8 @@ def _tiers() -> list[TierOut]:
 
 @public.get("/capacity", response=CapacityOut, summary="What the endpoint serves now, and what to expect")
 async def capacity(request):
-    estimates = await capacity_store.published()
-    rows = await polling.latest()
+    estimates = await capacity_store.read_estimates()
+    rows = await polling.latest_readings()
     models = []
     for model, estimate in sorted(estimates.items()):
         models.append(ModelCapacity(
@@ -168,7 +168,7 @@ def _series(window: str) -> SeriesOut:
 
 @public.get("/replicas", response=list[ReplicaOut], summary="Every replica as of the last poll")
 async def replicas(request):
-    return [_replica(r) for r in await polling.latest()]
+    return [_replica(r) for r in await polling.latest_readings()]
 
 
 @public.get("/alerts", response=list[AlertOut], summary="Saturation alerts open now, and those of the last day")

@@ -30,7 +30,6 @@ from django.views.decorators.http import require_POST, require_safe
 from fairness.portal import submit_once
 from fairness.portal import actions
 from fairness.telemetry import polling
-from fairness.portal.admin_api import key_out, tokens_last_day
 from fairness.portal.forms import (
     CreateUserForm,
     IssueKeyForm,
@@ -39,7 +38,7 @@ from fairness.portal.forms import (
     TierForm,
     UserTierForm,
 )
-from fairness.portal.queries import key_load
+from fairness.portal.queries import key_load, key_out, tokens_last_day
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert, Tier
 
 User = get_user_model()
@@ -271,10 +270,14 @@ def replicas(request: HttpRequest) -> HttpResponse:
 def add_replica(request: HttpRequest) -> HttpResponse:
     form = ReplicaForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        replica = actions.save_replica(_actor(request), form.instance, form.changes())
-        replica.tiers.set(form.cleaned_data["tiers"])
-        messages.success(request, f"Added replica {replica}. The next poll shows its health.")
-        return redirect("staff-replicas")
+        try:
+            replica = actions.save_replica(_actor(request), form.instance, form.changes(),
+                                           form.cleaned_data["tiers"])
+        except ValidationError as exc:  # another change made the deployments overlap since clean()
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Added replica {replica}. The next poll shows its health.")
+            return redirect("staff-replicas")
     return render(request, "staff/replica_form.html", {"form": form})
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from fairness.store.redis_clients import redis_sync
+from fairness.store import keyspace
 
 # A form older than this is taken as new: long enough for any reload or retry.
 CLAIM_SECONDS = 24 * 3600
@@ -32,10 +33,6 @@ class Repeated(Exception):
         self.outcome = outcome
 
 
-def _key(token: str) -> str:
-    return f"gp:once:{token}"
-
-
 @contextmanager
 def first_submission(token: str) -> Iterator[Callable[[str], None]]:
     """Claim `token` or raise Repeated; yields a function recording the outcome for repeats.
@@ -43,15 +40,15 @@ def first_submission(token: str) -> Iterator[Callable[[str], None]]:
     An action that fails gives its token back, so submitting the same form again retries it.
     """
     client = redis_sync()
-    if not client.set(_key(token), "", nx=True, ex=CLAIM_SECONDS):
-        outcome = client.get(_key(token)) or b""
+    if not client.set(keyspace.submitted_form(token), "", nx=True, ex=CLAIM_SECONDS):
+        outcome = client.get(keyspace.submitted_form(token)) or b""
         raise Repeated(outcome.decode() if isinstance(outcome, bytes) else outcome)
 
     def record(outcome: str) -> None:
-        client.set(_key(token), outcome, ex=CLAIM_SECONDS)
+        client.set(keyspace.submitted_form(token), outcome, ex=CLAIM_SECONDS)
 
     try:
         yield record
     except BaseException:
-        client.delete(_key(token))
+        client.delete(keyspace.submitted_form(token))
         raise

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from fairness.portal import my_pages, public_pages, staff_pages
+from fairness.portal import my_pages, public_pages, staff_pages, staff_token_pages
 from fairness.telemetry import gateway_metrics
 
 # /v1/ is not here: it never reaches Django's URL resolver (gateway/asgi.py routes it).
@@ -22,6 +22,9 @@ urlpatterns = [
     path("staff/users/new/", staff_pages.create_user, name="staff-user-create"),
     path("staff/users/<str:username>/password/", staff_pages.set_user_password, name="staff-user-password"),
     path("staff/users/<str:username>/tier/", staff_pages.set_user_tier, name="staff-user-tier"),
+    path("staff/tokens/", staff_token_pages.tokens, name="staff-tokens"),
+    path("staff/tokens/issue/", staff_token_pages.issue_token, name="staff-token-issue"),
+    path("staff/tokens/<str:prefix>/revoke/", staff_token_pages.revoke_token, name="staff-token-revoke"),
     path("staff/tiers/", staff_pages.tiers, name="staff-tiers"),
     path("staff/tiers/new/", staff_pages.edit_tier, name="staff-tier-create"),
     path("staff/tiers/<slug:name>/edit/", staff_pages.edit_tier, name="staff-tier-edit"),

@@ -32,12 +32,14 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import NoScriptError, RedisError
 
+from fairness.scheduling.live_counts import Stats, parse_stats, text
+from fairness.store import keyspace
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
 logger = logging.getLogger(__name__)
@@ -99,31 +101,6 @@ class QueueTimeout(AdmissionRefused):
     long as it waited, at most 30 s."""
 
 
-class GroupStats(TypedDict):
-    capacity: int
-    in_flight: int
-    queued: int
-
-
-class TierStats(TypedDict):
-    in_flight: int
-    borrowed: int
-    queued: int
-    longest_wait: float
-
-
-class KeyStats(TypedDict):
-    in_flight: int
-    queued: int
-
-
-class Stats(TypedDict):
-    groups: dict[str, GroupStats]
-    tiers: dict[str, TierStats]
-    keys: dict[str, KeyStats]
-    longest_wait: float
-
-
 class _Turn(NamedTuple):
     granted: bool  # False: the ticket vanished (expired while this process stalled); queue again
     borrowed: bool
@@ -131,14 +108,6 @@ class _Turn(NamedTuple):
 
 
 _GONE = _Turn(False, False, 0.0)
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def _check(demand: Demand) -> None:
@@ -149,6 +118,15 @@ def _check(demand: Demand) -> None:
         raise ValueError(f"negative limit in {demand!r}")
 
 
+async def admission_stats(redis: Redis) -> Stats:
+    """Live counts read by a process that does not admit (pages, /metrics, the poll task)."""
+    admission = Admission(redis)
+    try:
+        return await admission.stats()
+    finally:
+        await admission.close()
+
+
 class Admission:
     """One per gateway process (it owns a pub/sub connection and, while busy, a keeper task)."""
 
@@ -156,18 +134,19 @@ class Admission:
         self,
         redis: Redis,
         *,
-        prefix: str = "gp",
+        prefix: str = keyspace.PREFIX,
         lease_ttl: float = 30.0,
         reserve_slots: int = 3,
         clock: Callable[[], float] = time.time,
         recheck_seconds: float = 1.0,
+        lane: RedisLane | None = None,
     ) -> None:
         if not 0 < recheck_seconds <= lease_ttl / 3:
             # Waiting tickets are heartbeated every recheck; they must not expire in between.
             raise ValueError("recheck_seconds must be positive and at most lease_ttl / 3")
         self._redis = redis
-        self._ns = f"{prefix}:{{adm}}:"
-        self._channel = f"{self._ns}grants:{uuid.uuid4().hex}"
+        self._ns = keyspace.admission_namespace(prefix)
+        self._channel = keyspace.grant_channel(self._ns, uuid.uuid4().hex)
         self._ttl = lease_ttl
         self._reserve = reserve_slots
         self._clock = clock
@@ -176,9 +155,10 @@ class Admission:
         # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
         # TTLs would drop a dead process's tickets sooner but break that renewal margin.
         self._ticket_ttl = lease_ttl
-        # Scripts and leases go over one multiplexed connection (the per-request round trips);
-        # pub/sub over redis-py's.
-        self._lane = RedisLane.like(redis)
+        # Scripts and leases go over one multiplexed connection (the per-request round trips),
+        # shared with the rest of the process when it passes one in; pub/sub over redis-py's.
+        self._lane = lane or RedisLane.like(redis)
+        self._owns_lane = lane is None
         self._scripts = _load_scripts()
         self._waiters: dict[str, asyncio.Future[_Turn]] = {}  # pub/sub dispatch targets
         self._queued: set[str] = set()  # tickets known to be in Redis: the keeper heartbeats them
@@ -221,7 +201,7 @@ class Admission:
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == 1:
-                    turn = _Turn(True, int(reply[1]) == 1, float(_str(reply[2])))
+                    turn = _Turn(True, int(reply[1]) == 1, float(text(reply[2])))
                     break
                 if state == -1:
                     in_redis = False
@@ -289,26 +269,7 @@ class Admission:
     async def stats(self) -> Stats:
         """Live counts per capacity group, tier and key, and the longest current wait (seconds).
         Reaps dead processes' leases first, so it is also the place to watch them vanish."""
-        reply = await self._call("stats")
-        now = self._clock()
-        cap, gin, gq, kin, kq, pin, pbin, pq = (_pairs(part) for part in reply[:8])
-        oldest = {pool: now - float(at) for pool, at in _pairs(reply[8]).items()}
-        groups: dict[str, GroupStats] = {
-            g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
-                "queued": int(gq.get(g, 0))}
-            for g in sorted({*cap, *gin, *gq})
-        }  # fmt: skip
-        tiers: dict[str, TierStats] = {
-            p: {"in_flight": int(pin.get(p, 0)), "borrowed": int(pbin.get(p, 0)),
-                "queued": int(pq.get(p, 0)), "longest_wait": max(0.0, oldest.get(p, 0.0))}
-            for p in sorted({*pin, *pbin, *pq})
-        }  # fmt: skip
-        keys: dict[str, KeyStats] = {
-            k: {"in_flight": int(kin.get(k, 0)), "queued": int(kq.get(k, 0))}
-            for k in sorted({*kin, *kq})
-        }
-        longest = max((t["longest_wait"] for t in tiers.values()), default=0.0)
-        return {"groups": groups, "tiers": tiers, "keys": keys, "longest_wait": longest}
+        return parse_stats(await self._call("stats"), self._clock())
 
     async def close(self) -> None:
         """Stop background work, fail pending acquires, give back leases still held."""
@@ -332,7 +293,8 @@ class Admission:
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = None
-        await self._lane.aclose()
+        if self._owns_lane:
+            await self._lane.aclose()
 
     # -- waiting --------------------------------------------------------------------------------
 
@@ -347,7 +309,7 @@ class Admission:
                 self._queued.discard(handle)
                 reply = await self._shielded(self._call("leave", handle, 1))
                 if int(reply[0]) == 1:  # granted just before the deadline: keep it
-                    return _Turn(True, int(reply[1]) == 1, float(_str(reply[2])))
+                    return _Turn(True, int(reply[1]) == 1, float(text(reply[2])))
                 return None
             await asyncio.wait([future], timeout=min(remaining, self._recheck))
         return future.result()
@@ -393,7 +355,7 @@ class Admission:
             if message["type"] == "subscribe":
                 subscribed.set()
             elif message["type"] == "message":
-                handle, queued, borrowed = _str(message["data"]).split("|")
+                handle, queued, borrowed = text(message["data"]).split("|")
                 self._queued.discard(handle)
                 future = self._waiters.get(handle)
                 if future is not None and not future.done():
@@ -445,15 +407,15 @@ class Admission:
 
     async def _tick_batch(self, leases: list[str], tickets: list[str]) -> None:
         lost, news = await self._call("tick", len(leases), *leases, *tickets)
-        for handle in map(_str, lost):
+        for handle in map(text, lost):
             if self._held.pop(handle, None) is not None:
                 logger.warning("lease %s expired before it was renewed (process stalled?)", handle)
         for i in range(0, len(news), 4):
-            handle = _str(news[i])
+            handle = text(news[i])
             if handle not in self._queued:
                 continue  # settled meanwhile
             self._queued.discard(handle)
-            turn = _Turn(True, int(news[i + 2]) == 1, float(_str(news[i + 3])))
+            turn = _Turn(True, int(news[i + 2]) == 1, float(text(news[i + 3])))
             future = self._waiters.get(handle)
             if future is not None and not future.done():
                 future.set_result(turn if int(news[i + 1]) == 1 else _GONE)

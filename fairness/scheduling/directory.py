@@ -1,13 +1,12 @@
-"""The gateway's in-memory view of the replicas, reloaded when the config epoch changes."""
+"""The gateway's in-memory view of the replicas, reloaded when the config epoch changes.
+
+Pure data: the gateway reads it from the database (gateway/replica_rows.py).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
-
-from fairness.models import Replica
 
 
 @dataclass(frozen=True)
@@ -21,20 +20,6 @@ class ReplicaInfo:
     priority_policy: bool
     api_key: str
     tiers: frozenset[str] = frozenset()  # empty: serves every tier
-
-    @classmethod
-    def of(cls, replica: Replica, tiers: frozenset[str] = frozenset()) -> "ReplicaInfo":
-        return cls(
-            id=replica.pk,
-            name=replica.name,
-            base_url=replica.base_url.rstrip("/"),
-            model=replica.model,
-            engine_kind=replica.engine_kind,
-            max_num_seqs=replica.max_num_seqs,
-            priority_policy=replica.scheduling_policy == Replica.Policy.PRIORITY,
-            api_key=replica.api_key,
-            tiers=tiers,
-        )
 
     def serves(self, tier: str) -> bool:
         return not self.tiers or tier in self.tiers
@@ -54,11 +39,6 @@ class ReplicaDirectory:
         self.by_model: dict[str, list[ReplicaInfo]] = {}
         for replica in replicas:
             self.by_model.setdefault(replica.model, []).append(replica)
-
-    @classmethod
-    async def load(cls, include_draining: bool = False) -> "ReplicaDirectory":
-        """Enabled replicas; a draining one only when asked (polling still watches it)."""
-        return cls(await _rows(include_draining))
 
     def models(self) -> list[str]:
         return sorted(self.by_model)
@@ -121,20 +101,6 @@ def deployment_conflict(replicas: list[ReplicaInfo]) -> str | None:
     return None
 
 
-def conflict_if_saved(candidate: Replica, tiers: frozenset[str] | None = None) -> str | None:
-    """The deployment conflict enabling or saving `candidate` (serving `tiers`; None keeps the
-    ones it has) would make among the enabled replicas."""
-    others = Replica.objects.filter(enabled=True).prefetch_related("tiers")
-    if candidate.pk is not None:
-        others = others.exclude(pk=candidate.pk)
-        if tiers is None:
-            tiers = frozenset(t.name for t in candidate.tiers.all())
-    replicas = [ReplicaInfo.of(r, frozenset(t.name for t in r.tiers.all())) for r in others]
-    if candidate.enabled:
-        replicas.append(ReplicaInfo.of(candidate, tiers or frozenset()))
-    return deployment_conflict(replicas)
-
-
 def _tiers(names: set[str]) -> str:
     named = sorted(n for n in names if n)
     words = [f"tier {', '.join(named)}" if len(named) == 1 else f"tiers {', '.join(named)}"] if named else []
@@ -145,16 +111,3 @@ def _tiers(names: set[str]) -> str:
 
 def _names(replicas: frozenset[str]) -> str:
     return ", ".join(sorted(replicas))
-
-
-@sync_to_async
-def _rows(include_draining: bool) -> list[ReplicaInfo]:
-    # No request cycle closes this thread's connection on the gateway: check it here.
-    close_old_connections()
-    replicas = Replica.objects.filter(enabled=True)
-    if not include_draining:
-        replicas = replicas.filter(draining=False)
-    return [
-        ReplicaInfo.of(replica, frozenset(t.name for t in replica.tiers.all()))
-        for replica in replicas.prefetch_related("tiers")
-    ]

@@ -15,8 +15,8 @@ removing one of N moves only the ~1/N of conversations it takes or held. Bounded
 et al.) skips a replica that would exceed ceil((1 + ε) · (in flight + 1) / N) or has no free slot
 for the next in the key's order; all skipped, the least loaded by in_flight / max_num_seqs wins.
 
-Load: each gateway process owns a hash `gp:{rt}:inflight:<process>` (replica -> count) whose TTL
-its heartbeat renews while it has anything in flight; `gp:{rt}:inflight-procs` lists processes.
+Load: each gateway process owns a hash (keyspace.load_counts: replica -> count) whose TTL its
+heartbeat renews while it has anything in flight; keyspace.LOAD_PROCESSES lists the processes.
 A snapshot sums the live hashes and forgets expired ones, so a SIGKILLed gateway's counts vanish
 within one TTL with nobody cleaning up after it. The counts only steer; admission's leases are
 the hard caps, so a transient miscount of one costs a slightly worse choice, nothing more.
@@ -39,12 +39,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from fairness.scheduling import health
+from fairness.store import keyspace
+from fairness.store.redis_lane import RedisLane, first_error
 from fairness.scheduling.directory import ReplicaInfo
 
 log = logging.getLogger(__name__)
 
-NS = "gp:{rt}:"  # the {rt} hash tag keeps every routing key in one Redis Cluster slot
-PROCS = NS + "inflight-procs"
 PROMPT_PREFIX_CHARS = 256
 DEFAULT_EPSILON = 0.25
 DEFAULT_BOUND_FLOOR = 0.375
@@ -179,21 +179,24 @@ async def plan(
     names = [r.name for r in replicas]
     if not names:
         return []
-    async with book.redis.pipeline(transaction=False) as pipe:
-        pipe.mget([health.key(r) for r in replicas])
-        # EVAL, not EVALSHA: a pipeline would spend a round trip on SCRIPT EXISTS first, and
-        # Redis caches the compiled script by its text anyway.
-        pipe.eval(SNAPSHOT_LUA, 1, NS, book.process_id, *names)
-        marks, counts = await pipe.execute()
+    # EVAL, not EVALSHA: the script would have to be loaded first after every Redis restart, and
+    # Redis caches the compiled script by its text anyway.
+    marks, counts = await book.lane.execute(
+        ("MGET", *(health.key(r) for r in replicas)),
+        ("EVAL", SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, book.process_id, *names),
+    )
+    error = first_error([marks, counts])
+    if error is not None:
+        raise error
     up = health.from_marks(replicas, marks)
     candidates = [r for r in replicas if r.name in up] or list(replicas)
-    load = {name: int(count) + book.local[name] for name, count in zip(names, counts)}
+    load = {name: int(count) + book.local[name] for name, count in zip(names, counts, strict=True)}
     return choose(candidates, key, load, epsilon, floor)
 
 
 # -- shared in-flight counts --------------------------------------------------------------------
 
-# KEYS[1] the namespace "gp:{rt}:"; ARGV[1] a process id to leave out ("" for none), ARGV[2..]
+# KEYS[1] the routing namespace (keyspace.ROUTING_NAMESPACE); ARGV[1] a process id to leave out ("" for none), ARGV[2..]
 # the replica names. Returns each name's in-flight count summed over the other live processes,
 # and drops the expired ones from KEYS[1].."inflight-procs".
 SNAPSHOT_LUA = """
@@ -223,11 +226,16 @@ class LoadBook:
     is in flight; idle, it sends nothing.
     """
 
-    def __init__(self, redis: Redis, *, ttl: float = DEFAULT_LOAD_TTL, process_id: str = ""):
-        self.redis = redis
+    def __init__(
+        self, redis: Redis, *, ttl: float = DEFAULT_LOAD_TTL, process_id: str = "",
+        lane: RedisLane | None = None,
+    ) -> None:
+        # Reads and writes go over the process's multiplexed connection when it passes one in.
+        self.lane = lane or RedisLane.like(redis)
+        self._owns_lane = lane is None
         self.ttl = ttl
         self.process_id = process_id or uuid.uuid4().hex
-        self.hash = f"{NS}inflight:{self.process_id}"
+        self.hash = keyspace.load_counts(self.process_id)
         self.local: Counter[str] = Counter()
         self._heartbeat: asyncio.Task[None] | None = None
         self._publisher: asyncio.Task[None] | None = None
@@ -237,8 +245,12 @@ class LoadBook:
         """In-flight forwards per replica over all live gateway processes."""
         if not names:
             return {}
-        counts = await self.redis.eval(SNAPSHOT_LUA, 1, NS, "", *names)
-        return dict(zip(names, map(int, counts)))
+        (counts,) = await self.lane.execute(
+            ("EVAL", SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
+        )
+        if isinstance(counts, Exception):
+            raise counts
+        return dict(zip(names, map(int, counts), strict=True))
 
     def add(self, name: str) -> None:
         self.local[name] += 1
@@ -278,23 +290,35 @@ class LoadBook:
         the loop stalled, an add or done cancelled before it reached Redis, a Redis restarted
         empty. A write racing the rewrite can leave the copy one off until the next beat.
         """
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.hash)
-            if self.local:
-                counts: dict[Any, Any] = dict(self.local)  # redis-py's Mapping type is invariant
-                pipe.hset(self.hash, mapping=counts)
-                pipe.pexpire(self.hash, _ms(self.ttl))
-                pipe.sadd(PROCS, self.process_id)
-            await pipe.execute()
+        commands: list[tuple[Any, ...]] = [("MULTI",), ("DEL", self.hash)]
+        if self.local:
+            fields = [part for name, count in self.local.items() for part in (name, count)]
+            commands += [
+                ("HSET", self.hash, *fields),
+                ("PEXPIRE", self.hash, _ms(self.ttl)),
+                ("SADD", keyspace.LOAD_PROCESSES, self.process_id),
+            ]
+        replies = await self.lane.execute(*commands, ("EXEC",))
+        error = first_error(replies)
+        if error is not None:
+            raise error
 
-    async def close(self) -> None:
-        """Stop publishing; what was published expires within one TTL."""
+    async def close(self, *, withdraw: bool = False) -> None:
+        """Stop publishing. `withdraw` removes the published counts at once (a clean shutdown);
+        otherwise they expire within one TTL."""
         for task in (self._heartbeat, self._publisher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._heartbeat = self._publisher = None
+        try:
+            if withdraw:
+                self.local.clear()
+                await self.beat()
+        finally:
+            if self._owns_lane:
+                await self.lane.aclose()
 
     async def settled(self) -> None:
         """Wait until the latest counts are published (tests and shutdown)."""

@@ -14,15 +14,15 @@ from collections.abc import Callable
 import redis.asyncio
 
 from fairness.store.redis_clients import redis_sync
+from fairness.store import keyspace
 
-EPOCH_KEY = "gp:config-epoch"
 _UNSEEN = object()  # the first look always counts as a change
 
 
 def bump_epoch() -> None:
     # A fresh random value rather than a counter: a counter restarted by a Redis flush could
     # land on the very value a gateway saw last and hide the change.
-    redis_sync().set(EPOCH_KEY, uuid.uuid4().hex)
+    redis_sync().set(keyspace.CONFIG_EPOCH, uuid.uuid4().hex)
 
 
 class EpochWatch:
@@ -39,7 +39,7 @@ class EpochWatch:
         if now - self._checked_at < self.interval:
             return False
         self._checked_at = now
-        current = await client.get(EPOCH_KEY)
+        current = await client.get(keyspace.CONFIG_EPOCH)
         if current != self._seen:
             self._seen = current
             return True

@@ -14,14 +14,14 @@ from django.conf import settings
 from django.core.mail import mail_admins
 
 from fairness.gateway import engine_client
-from fairness.store.redis_clients import redis_async
 from fairness.models import SaturationAlert
+from fairness.store import keyspace
+from fairness.store.redis_clients import redis_async
 from fairness.telemetry.polling import Reading
 from fairness.telemetry.saturation import SaturationDetector, Transition
 
 log = logging.getLogger(__name__)
 
-STATE_KEY = "gp:saturation:"  # + model: the detector's state between polls
 
 
 def detector_settings() -> dict[str, float]:
@@ -52,7 +52,7 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
     client = redis_async()
     changes = []
     for model, figures in demand.items():
-        raw = await client.get(STATE_KEY + model)
+        raw = await client.get(keyspace.saturation_state(model))
         detector = _restore(raw)
         waiting = figures["waiting"] + gateway_queued.get(model, 0.0)
         kv = figures["kv"] if figures["kv"] >= 0 else None
@@ -60,7 +60,7 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
             await sync_to_async(_record)(model, transition)
             await notify(model, transition)
             changes.append(transition)
-        await client.set(STATE_KEY + model, json.dumps(detector.to_state()))
+        await client.set(keyspace.saturation_state(model), json.dumps(detector.to_state()))
     return changes
 
 
@@ -74,7 +74,7 @@ def _restore(raw: bytes | None) -> SaturationDetector:
 
 
 def _record(model: str, transition: Transition) -> None:
-    at = dt.datetime.fromtimestamp(transition.at, tz=dt.timezone.utc)
+    at = dt.datetime.fromtimestamp(transition.at, tz=dt.UTC)
     figures = {
         "waiting": transition.peak.waiting,
         "running": transition.peak.running,

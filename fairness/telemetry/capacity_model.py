@@ -199,7 +199,7 @@ def _refine(steps: list[tuple[float, float]], line: _Line) -> _Line:
     cutoff = 3 * max(1.4826 * statistics.median(abs(r) for r in residuals), _MIN_NOISE)
     kept = [
         (n, step, 1 / (a + c * n) ** 2)  # the line's step, not the sample's: no bias to fast
-        for (n, step), r in zip(steps, residuals) if abs(r) <= cutoff
+        for (n, step), r in zip(steps, residuals, strict=True) if abs(r) <= cutoff
     ]
     if len({round(n) for n, _, _ in kept}) < 2:
         return line

@@ -14,11 +14,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from fairness.telemetry.capacity_model import CapacityEstimate, Sample, estimate_capacity
-from fairness.store.redis_clients import redis_async
 from fairness.models import EngineSample, Replica
-
-ESTIMATES_KEY = "gp:capacity:estimates"  # hash: model -> CapacityEstimate as JSON ("" if none)
+from fairness.store import keyspace
+from fairness.store.redis_clients import redis_async
+from fairness.telemetry.capacity_model import CapacityEstimate, Sample, estimate_capacity
 
 
 def samples_by_model(since: dt.datetime) -> dict[str, list[Sample]]:
@@ -53,15 +52,15 @@ async def refit_and_publish() -> dict[str, CapacityEstimate | None]:
     estimates = await sync_to_async(refit)()
     client = redis_async()
     async with client.pipeline(transaction=True) as pipe:
-        pipe.delete(ESTIMATES_KEY)
+        pipe.delete(keyspace.CAPACITY_ESTIMATES)
         for model, estimate in estimates.items():
-            pipe.hset(ESTIMATES_KEY, model, json.dumps(dataclasses.asdict(estimate)) if estimate else "")
+            pipe.hset(keyspace.CAPACITY_ESTIMATES, model, json.dumps(dataclasses.asdict(estimate)) if estimate else "")
         await pipe.execute()
     return estimates
 
 
-async def published() -> dict[str, CapacityEstimate | None]:
-    raw = await redis_async().hgetall(ESTIMATES_KEY)
+async def read_estimates() -> dict[str, CapacityEstimate | None]:
+    raw = await redis_async().hgetall(keyspace.CAPACITY_ESTIMATES)
     return {
         model.decode(): CapacityEstimate(**json.loads(value)) if value else None
         for model, value in raw.items()

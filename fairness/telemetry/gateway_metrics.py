@@ -1,7 +1,7 @@
 """The gateway's own /metrics, the same whichever gateway process or host is scraped.
 
 Counters and queue-wait buckets live in one Redis hash, bumped in the round trip that already
-records each request's usage event (`count` adds a few HINCRBYs to that pipeline). The gauges
+records each request's usage event (gateway/accounting.py). The gauges
 (in flight, queued) come from admission's live state. A scrape reads both, so every process
 answers with the totals of all of them and no multiprocess directory is needed. Redis here runs
 without persistence: a Redis restart resets the counters, which Prometheus' rate() treats as
@@ -14,7 +14,7 @@ import hmac
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions
 from django.conf import settings
@@ -30,61 +30,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from fairness.scheduling.admission import Stats
-from fairness.store.redis_clients import redis_async
-from fairness.gateway.runtime import gateway
+from fairness.gateway.accounting import WAIT_BUCKETS
 from fairness.models import Tier
-from fairness.store.redis_lane import Command
+from fairness.scheduling.admission import Stats, admission_stats
+from fairness.store import keyspace
+from fairness.store.redis_clients import redis_async
 
-if TYPE_CHECKING:
-    from fairness.telemetry.usage import UsageEvent
-
-# The "{gp:usage}" hash tag puts the hash in the usage list's Redis Cluster slot, so the record
-# and its counters stay one pipeline to one node.
-METRICS_HASH = "gp:metrics:{gp:usage}"
-# Upper bounds (seconds) of the queue-wait buckets: from "no wait" to the batch tier's hour.
-# A request is stored in its own bucket only; the scrape makes them cumulative. Changing the
-# bounds strands the old fields: they are skipped until Redis is flushed.
-WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-                600.0, 1800.0, 3600.0, float("inf"))  # fmt: skip
 _LE = {floatToGoString(b): i for i, b in enumerate(WAIT_BUCKETS)}
-UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed or timed out
-
-# Hash fields, "|"-separated (tier and replica names are slugs, so never contain one):
-#   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
-#   rej|tier|reason            uperr|replica
-
-
-def increments(event: UsageEvent, *, admitted: bool, refusal: str | None) -> dict[str, int | float]:
-    """The counter fields one finished request adds to (pure, so it is tested on its own)."""
-    tier = event["tier"]
-    status = event["status"]
-    fields: dict[str, int | float] = {f"req|{tier}|{status}|{event['endpoint']}": 1}
-    for kind, tokens in (
-        ("prompt", event["prompt_tokens"]),
-        ("completion", event["completion_tokens"]),
-    ):
-        if tokens:
-            fields[f"tok|{tier}|{kind}"] = tokens
-    if admitted:
-        wait = event["queued_ms"] / 1000
-        le = next(b for b in WAIT_BUCKETS if wait <= b)
-        fields[f"wait|{tier}|{floatToGoString(le)}"] = 1
-        fields[f"waitsum|{tier}"] = float(wait)
-    if status == 429:
-        # Not admitted: admission's own refusal; admitted: the engine itself answered 429.
-        fields[f"rej|{tier}|{refusal or 'engine'}"] = 1
-    if status in UPSTREAM_FAILURES and event["replica"]:
-        fields[f"uperr|{event['replica']}"] = 1
-    return fields
-
-
-def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
-    """This request's counter bumps, sent with its usage record (no round trip of their own)."""
-    return [
-        ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", METRICS_HASH, field, amount)
-        for field, amount in increments(event, admitted=admitted, refusal=refusal).items()
-    ]
 
 
 @dataclass(frozen=True)
@@ -95,9 +47,9 @@ class Snapshot:
 
 
 async def snapshot() -> Snapshot:
-    raw: dict[Any, Any] = await redis_async().hgetall(METRICS_HASH)
+    raw: dict[Any, Any] = await redis_async().hgetall(keyspace.GATEWAY_COUNTERS)
     counters = {_str(k): float(v) for k, v in raw.items()}
-    live = await gateway.admission().stats()  # also reaps dead processes' leases
+    live = await admission_stats(redis_async())  # also reaps dead processes' leases
     tiers = [name async for name in Tier.objects.values_list("name", flat=True)]
     return Snapshot(counters, live, tiers)
 
@@ -152,7 +104,7 @@ class GatewayCollector(Collector):
         )
         for tier, counts in sorted(buckets.items()):
             running, cumulative = 0.0, []
-            for bound, amount in zip(WAIT_BUCKETS, counts):
+            for bound, amount in zip(WAIT_BUCKETS, counts, strict=True):
                 running += amount
                 cumulative.append((floatToGoString(bound), running))
             wait.add_metric([tier], cumulative, sums[tier])

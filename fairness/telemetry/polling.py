@@ -21,22 +21,22 @@ from django.conf import settings
 from django.db.models import Avg
 
 from fairness.gateway import engine_client
-from fairness.scheduling.admission import Admission
-from fairness.store.redis_clients import redis_async
 from fairness.gateway.errors import ApiError
+from fairness.gateway.replica_rows import load_directory
 from fairness.models import EngineSample
-from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
+from fairness.scheduling.admission import admission_stats
+from fairness.scheduling.directory import ReplicaInfo
+from fairness.store import keyspace
+from fairness.store.redis_clients import redis_async
 from fairness.telemetry.metrics_parser import MetricsParseError, Rates, Snapshot, parse_metrics, rates_between
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_KEY = "gp:telemetry:snapshot:"  # + replica name: the last parsed scrape
-LATEST_KEY = "gp:telemetry:latest"  # hash: replica name -> what the pages show, as JSON
 
 
 @dataclass
 class Poll:
-    readings: list["Reading"]
+    readings: list[Reading]
     gateway_queued: dict[str, float]  # model -> requests waiting in the gateway's queue
 
 
@@ -89,11 +89,7 @@ async def scrape(replica: ReplicaInfo, taken_at: float) -> tuple[Snapshot | None
 async def gateway_queued_by_model() -> dict[str, float]:
     """Requests waiting in the gateway's own queue, per model: the engine's gauge alone
     under-reports demand because the gateway keeps the engine's queue short."""
-    admission = Admission(redis_async())
-    try:
-        stats = await admission.stats()
-    finally:
-        await admission.close()
+    stats = await admission_stats(redis_async())
     queued: dict[str, float] = defaultdict(float)
     for group, figures in stats["groups"].items():
         queued[group.split("@")[0]] += figures["queued"]
@@ -101,14 +97,14 @@ async def gateway_queued_by_model() -> dict[str, float]:
 
 
 async def poll_once(clock: Callable[[], float] = time.time) -> Poll:
-    directory = await ReplicaDirectory.load(include_draining=True)
+    directory = await load_directory(include_draining=True)
     client = redis_async()
     taken_at = clock()
     results = await asyncio.gather(*(scrape(r, taken_at) for r in directory.all))
-    previous = await client.mget([SNAPSHOT_KEY + r.name for r in directory.all]) if directory.all else []
+    previous = await client.mget([keyspace.telemetry_snapshot(r.name) for r in directory.all]) if directory.all else []
 
     readings = []
-    for replica, (snapshot, error), prev_raw in zip(directory.all, results, previous):
+    for replica, (snapshot, error), prev_raw in zip(directory.all, results, previous, strict=True):
         rates = None
         if snapshot is not None and prev_raw:
             rates = rates_between(Snapshot(**json.loads(prev_raw)), snapshot)
@@ -118,13 +114,14 @@ async def poll_once(clock: Callable[[], float] = time.time) -> Poll:
     share = _queued_share(readings, queued)
     async with client.pipeline(transaction=False) as pipe:
         for reading in readings:
+            replica_name = reading.replica.name
             if reading.snapshot is not None:
-                pipe.set(SNAPSHOT_KEY + reading.replica.name, json.dumps(dataclasses.asdict(reading.snapshot)))
-            pipe.hset(LATEST_KEY, reading.replica.name, json.dumps(reading.summary(share[reading.replica.name])))
+                pipe.set(keyspace.telemetry_snapshot(replica_name), json.dumps(dataclasses.asdict(reading.snapshot)))
+            pipe.hset(keyspace.TELEMETRY_LATEST, replica_name, json.dumps(reading.summary(share[replica_name])))
         known = {r.name for r in directory.all}
-        stale = [name for name in await client.hkeys(LATEST_KEY) if name.decode() not in known]
+        stale = [name for name in await client.hkeys(keyspace.TELEMETRY_LATEST) if name.decode() not in known]
         if stale:
-            pipe.hdel(LATEST_KEY, *stale)
+            pipe.hdel(keyspace.TELEMETRY_LATEST, *stale)
         await pipe.execute()
     await sync_to_async(_store_samples)(readings, share)
     return Poll(readings, queued)
@@ -141,7 +138,7 @@ def _queued_share(readings: list[Reading], queued: dict[str, float]) -> dict[str
 
 
 def _store_samples(readings: list[Reading], share: dict[str, float]) -> None:
-    at = dt.datetime.fromtimestamp(readings[0].taken_at, tz=dt.timezone.utc) if readings else None
+    at = dt.datetime.fromtimestamp(readings[0].taken_at, tz=dt.UTC) if readings else None
     EngineSample.objects.bulk_create(
         EngineSample(
             replica_id=r.replica.id,
@@ -159,9 +156,9 @@ def _store_samples(readings: list[Reading], share: dict[str, float]) -> None:
     )
 
 
-async def latest() -> list[dict]:
+async def latest_readings() -> list[dict]:
     """What the last poll saw of every replica, for the pages and the API."""
-    raw = await redis_async().hgetall(LATEST_KEY)
+    raw = await redis_async().hgetall(keyspace.TELEMETRY_LATEST)
     return sorted((json.loads(v) for v in raw.values()), key=lambda r: r["name"])
 
 
@@ -183,7 +180,7 @@ def compact_samples(now: dt.datetime, raw_for: dt.timedelta, keep_for: dt.timede
         )
         EngineSample.objects.create(
             replica_id=replica_id,
-            taken_at=dt.datetime.fromtimestamp(slot * bucket, tz=dt.timezone.utc),
+            taken_at=dt.datetime.fromtimestamp(slot * bucket, tz=dt.UTC),
             resolution_seconds=bucket,
             healthy=all(m.healthy for m in members),
             **averages,

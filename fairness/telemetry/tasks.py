@@ -8,15 +8,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from fairness.telemetry import alerts
-from fairness.telemetry import polling
-from fairness.telemetry import capacity_store
-from fairness.telemetry import usage_rollup
 from fairness.gateway import engine_client
-from fairness.telemetry import usage
+from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
-
-REFIT_KEY = "gp:capacity:refitted-at"
+from fairness.telemetry import alerts, capacity_store, polling, usage, usage_rollup
 
 
 @shared_task(name="fairness.flush_usage")
@@ -35,10 +30,10 @@ async def poll_and_publish(refit_every: float = 15.0) -> int:
         poll = await polling.poll_once()
         now = time.time()
         await alerts.observe(poll.readings, poll.gateway_queued, now)
-        last = await redis_async().get(REFIT_KEY)
+        last = await redis_async().get(keyspace.CAPACITY_REFITTED_AT)
         if last is None or now - float(last) >= refit_every:
             await capacity_store.refit_and_publish()
-            await redis_async().set(REFIT_KEY, now)
+            await redis_async().set(keyspace.CAPACITY_REFITTED_AT, now)
         return len(poll.readings)
     finally:
         # Each task run has its own event loop: close what was opened on it.

@@ -8,50 +8,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import NotRequired, TypedDict
 
 import redis
 from django.db import transaction
 
-from fairness.telemetry import usage_rollup
+from fairness.gateway.accounting import UsageEvent
 from fairness.models import ApiKey, UsageRecord
-from fairness.store.redis_lane import Command
-
-USAGE_LIST = "gp:usage"
-FLUSH_LOCK = "gp:usage:flush-lock"
-
-
-class UsageEvent(TypedDict):
-    key_id: int
-    tier: NotRequired[str]  # the key's tier when the request ran (events from before it lack it)
-    request_id: str
-    endpoint: str
-    model: str
-    replica: str
-    status: int
-    stream: bool
-    prompt_tokens: int
-    completion_tokens: int
-    queued_ms: int
-    ttft_ms: int | None
-    latency_ms: int
-    at: float
-
-
-def command(event: UsageEvent) -> Command:
-    """The Redis command that queues the event: the gateway sends it in the round trip that
-    gives its lease back, so accounting costs the request path no round trip of its own."""
-    return ("RPUSH", USAGE_LIST, json.dumps(event))
+from fairness.store import keyspace
+from fairness.telemetry import usage_rollup
 
 
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:
     """Move up to batch_size queued events into the DB; returns how many were written."""
     # One flusher at a time, or two workers would write the same batch twice.
-    lock = client.lock(FLUSH_LOCK, timeout=60)
+    lock = client.lock(keyspace.USAGE_FLUSH_LOCK, timeout=60)
     if not lock.acquire(blocking=False):
         return 0
     try:
-        raw = client.lrange(USAGE_LIST, 0, batch_size - 1)
+        raw = client.lrange(keyspace.USAGE_EVENTS, 0, batch_size - 1)
         if not raw:
             return 0
         events = [json.loads(item) for item in raw]
@@ -64,7 +38,7 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
             for key_id, at in _last_use_by_key(rows).items():
                 # update() sends no signals, so this does not disturb the gateways' caches.
                 ApiKey.objects.filter(pk=key_id).update(last_used_at=at)
-        client.ltrim(USAGE_LIST, len(raw), -1)
+        client.ltrim(keyspace.USAGE_EVENTS, len(raw), -1)
         return len(rows)
     finally:
         lock.release()
@@ -84,7 +58,7 @@ def _row(event: UsageEvent) -> UsageRecord:
         queued_ms=event["queued_ms"],
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
-        created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.timezone.utc),
+        created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
 
 

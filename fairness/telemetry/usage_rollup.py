@@ -39,7 +39,9 @@ def add(records: Iterable[UsageRecord]) -> None:
         row.errors += slot["errors"]
         row.prompt_tokens += slot["prompt"]
         row.completion_tokens += slot["completion"]
-        row.queue_wait_counts = [a + b for a, b in zip(waits + [0] * (BUCKETS - len(waits)), slot["waits"])]
+        # A stored row with fewer buckets is padded; one with more keeps only the current ones.
+        padded = waits + [0] * (BUCKETS - len(waits))
+        row.queue_wait_counts = [a + b for a, b in zip(padded, slot["waits"], strict=False)]
         row.save()
 
 

@@ -15,7 +15,8 @@ def post(client, path, body):
 
 
 def test_issuing_returns_the_secret_once_and_stores_only_its_hash(staff_client, cast):
-    response = post(staff_client, "/api/admin/keys", {"owner": "carol", "tier": "batch", "label": "nightly", "expires_days": 30})
+    response = post(staff_client, "/api/admin/keys",
+                    {"owner": "carol", "tier": "batch", "label": "nightly", "expires_days": 30})
     assert response.status_code == 201
     secret = response.json()["secret"]
     key = ApiKey.objects.get(secret_hash=hash_secret(secret))

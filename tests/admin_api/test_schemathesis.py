@@ -20,6 +20,8 @@ def test_the_api_never_fails_and_keeps_its_schema(gateway, cast, admin_token):
         @given(case=operation.as_strategy())
         @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case):
-            case.call_and_validate(headers=headers, checks=[not_a_server_error, response_schema_conformance], timeout=30)
+            case.call_and_validate(
+                headers=headers, checks=[not_a_server_error, response_schema_conformance], timeout=30
+            )
 
         check()

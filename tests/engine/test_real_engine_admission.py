@@ -6,8 +6,8 @@ import httpx
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairness.gateway.api_keys import issue_key
 from fairness.models import Replica
+from fairness.portal.keys import issue_key
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.fair_sharing.conftest import admission_stats, wait_async
 
@@ -66,7 +66,7 @@ def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vl
     assert all(int(r.headers["x-gpuportal-queued-ms"]) > 0 for r in responses[8:])
 
     after = queue_time(engine.metrics_text(timeout=60))
-    served, waited, waited_long = (a - b for a, b in zip(after, before))
+    served, waited, waited_long = (a - b for a, b in zip(after, before, strict=True))
     assert served == 16
     assert waited_long <= 1, f"{waited_long} requests waited over 0.3 s inside the engine"
     assert waited / served < 0.05

@@ -30,6 +30,7 @@ the project's venv as well as the engine's.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -257,10 +258,8 @@ class VLLMServer:
         pgid = proc.pid  # start_new_session: the group id is the leader's pid
         if proc.poll() is None:
             _signal_group(pgid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         # The engine core and other children live in the same group; make sure none survive.
         _signal_group(pgid, signal.SIGKILL if _group_alive(pgid) else 0)
         if proc.poll() is None:
@@ -350,10 +349,8 @@ def _die_with_parent() -> None:
 def _signal_group(pgid: int, sig: int) -> None:
     if sig == 0:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

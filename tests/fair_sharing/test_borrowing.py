@@ -17,8 +17,8 @@ def test_a_lone_batch_key_borrows_all_slots_but_the_reserve(gateway, cast, engin
 
     async def scenario():
         async with httpx.AsyncClient(timeout=120) as client:
-            batch = [asyncio.create_task(send(client, gateway.url, carol, chat_body(carol, max_tokens=2500, stream=True)))
-                     for _ in range(10)]
+            long = chat_body(carol, max_tokens=2500, stream=True)
+            batch = [asyncio.create_task(send(client, gateway.url, carol, long)) for _ in range(10)]
             await wait_async(lambda: engine8.stats()["running"] == 5)
             chat = await send(client, gateway.url, alice, chat_body(alice, max_tokens=5))
             dropped_at = time.monotonic()  # the engine's log uses the same system-wide clock

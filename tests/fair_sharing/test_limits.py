@@ -57,7 +57,8 @@ def test_waiting_too_long_gets_429_and_never_reaches_the_engine(gateway, cast, o
 def test_the_tiers_engine_priority_reaches_a_priority_engine_only(gateway, cast, engine8, tiers):
     from enginesim.process import start_enginesim
 
-    with start_enginesim(model="prio", max_num_seqs=8, extra_args=["--speed", "20", "--scheduling-policy", "priority"]) as prio:
+    priority_args = ["--speed", "20", "--scheduling-policy", "priority"]
+    with start_enginesim(model="prio", max_num_seqs=8, extra_args=priority_args) as prio:
         Replica.objects.create(name="fcfs", base_url=engine8.url, model=MODEL, max_num_seqs=8)
         Replica.objects.create(name="prio", base_url=prio.url, model="prio", max_num_seqs=8,
                                scheduling_policy=Replica.Policy.PRIORITY)

@@ -7,10 +7,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from fairness.store.config_epoch import EPOCH_KEY, EpochWatch
+from fairness.gateway.api_keys import KeyCache, hash_secret
 from fairness.gateway.errors import ApiError
-from fairness.gateway.api_keys import KeyCache, hash_secret, issue_key, mint_secret
 from fairness.models import ApiKey, Replica
+from fairness.portal.keys import issue_key, mint_secret
+from fairness.store.config_epoch import EpochWatch
+from fairness.store.keyspace import CONFIG_EPOCH
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +36,8 @@ def test_only_the_hash_is_stored(tiers):
 
 def test_issue_key_command_prints_the_secret_alone_on_the_last_line(tiers):
     out = io.StringIO()
-    call_command("issue_key", "--user", "dora", "--tier", "batch", "--label", "nightly", stdout=out)
+    call_command("issue_key", "--user", "dora", "--create-user", "--tier", "batch", "--label", "nightly",
+                 stdout=out)
     secret = out.getvalue().strip().splitlines()[-1]
     key = ApiKey.objects.get(secret_hash=hash_secret(secret))
     assert (key.owner.username, key.tier.name, key.label) == ("dora", "batch", "nightly")
@@ -126,7 +129,7 @@ async def test_epoch_watch_sees_a_bump_once_per_interval(redis_url):
     watch = EpochWatch(interval=1.0, clock=lambda: now[0])
     client = redis.asyncio.Redis.from_url(redis_url)
     assert await watch.changed(client)  # first look always counts as a change
-    await client.set(EPOCH_KEY, "changed")
+    await client.set(CONFIG_EPOCH, "changed")
     assert not await watch.changed(client)  # not due yet
     now[0] = 1.0
     assert await watch.changed(client)

@@ -7,14 +7,15 @@ import time
 import redis.asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fairness.telemetry import gateway_metrics
-from fairness.telemetry import usage
+from fairness.gateway import accounting
 from fairness.models import UsageRecord
+from fairness.store import keyspace
+from fairness.telemetry import gateway_metrics, usage
 from tests.metrics.conftest import Samples
 
 
-def event(**overrides) -> usage.UsageEvent:
-    base: usage.UsageEvent = {
+def event(**overrides) -> accounting.UsageEvent:
+    base: accounting.UsageEvent = {
         "key_id": 1, "tier": "interactive", "request_id": "req-1", "endpoint": "chat", "model": "m",
         "replica": "sim-a", "status": 200, "stream": False, "prompt_tokens": 12, "completion_tokens": 34,
         "queued_ms": 300, "ttft_ms": 40, "latency_ms": 500, "at": time.time(),
@@ -23,7 +24,7 @@ def event(**overrides) -> usage.UsageEvent:
 
 
 def test_a_served_request_counts_itself_its_tokens_and_its_wait_bucket():
-    assert gateway_metrics.increments(event(), admitted=True, refusal=None) == {
+    assert accounting.counter_increments(event(), admitted=True, refusal=None) == {
         "req|interactive|200|chat": 1,
         "tok|interactive|prompt": 12,
         "tok|interactive|completion": 34,
@@ -34,18 +35,18 @@ def test_a_served_request_counts_itself_its_tokens_and_its_wait_bucket():
 
 def test_a_refused_request_counts_as_a_rejection_and_has_no_wait():
     refused = event(status=429, replica="", prompt_tokens=0, completion_tokens=0, queued_ms=0)
-    assert gateway_metrics.increments(refused, admitted=False, refusal="queue_full") == {
+    assert accounting.counter_increments(refused, admitted=False, refusal="queue_full") == {
         "req|interactive|429|chat": 1,
         "rej|interactive|queue_full": 1,
     }
-    assert gateway_metrics.increments(event(status=429), admitted=True, refusal=None)["rej|interactive|engine"] == 1
+    assert accounting.counter_increments(event(status=429), admitted=True, refusal=None)["rej|interactive|engine"] == 1
 
 
 def test_an_engine_failure_counts_against_the_replica_a_client_error_does_not():
-    assert gateway_metrics.increments(event(status=502), admitted=True, refusal=None)["uperr|sim-a"] == 1
-    assert gateway_metrics.increments(event(status=504), admitted=True, refusal=None)["uperr|sim-a"] == 1
-    assert "uperr|sim-a" not in gateway_metrics.increments(event(status=400), admitted=True, refusal=None)
-    assert "uperr|sim-a" not in gateway_metrics.increments(event(status=499), admitted=True, refusal=None)
+    assert accounting.counter_increments(event(status=502), admitted=True, refusal=None)["uperr|sim-a"] == 1
+    assert accounting.counter_increments(event(status=504), admitted=True, refusal=None)["uperr|sim-a"] == 1
+    assert "uperr|sim-a" not in accounting.counter_increments(event(status=400), admitted=True, refusal=None)
+    assert "uperr|sim-a" not in accounting.counter_increments(event(status=499), admitted=True, refusal=None)
 
 
 def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client):
@@ -53,14 +54,14 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
         client = redis.asyncio.Redis.from_url(redis_url)
         done = event()
         pipe = client.pipeline(transaction=False)
-        for command in (usage.command(done), *gateway_metrics.commands(done, admitted=True, refusal=None)):
+        for command in accounting.commands(done, admitted=True, refusal=None):
             pipe.execute_command(*command)
         await pipe.execute()
         await client.aclose()
 
     asyncio.run(go())
-    assert redis_client.llen(usage.USAGE_LIST) == 1
-    stored = {k.decode(): float(v) for k, v in redis_client.hgetall(gateway_metrics.METRICS_HASH).items()}
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 1
+    stored = {k.decode(): float(v) for k, v in redis_client.hgetall(keyspace.GATEWAY_COUNTERS).items()}
     assert stored == {"req|interactive|200|chat": 1, "tok|interactive|prompt": 12,
                       "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3}
 
@@ -68,7 +69,7 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
 def test_the_flush_still_writes_events_that_carry_the_tier(cast, redis_url, redis_client):
     async def go():
         client = redis.asyncio.Redis.from_url(redis_url)
-        await client.rpush(usage.USAGE_LIST, json.dumps(event(key_id=cast["alice"].key_id)))
+        await client.rpush(keyspace.USAGE_EVENTS, json.dumps(event(key_id=cast["alice"].key_id)))
         await client.aclose()
 
     asyncio.run(go())
@@ -83,7 +84,8 @@ def test_the_scrape_makes_buckets_cumulative_and_shows_idle_tiers_as_zero():
             "tiers": {"batch": {"in_flight": 1, "borrowed": 0, "queued": 3, "longest_wait": 2.5}},
             "keys": {}, "longest_wait": 2.5}
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(gateway_metrics.GatewayCollector(gateway_metrics.Snapshot(counters, live, ["batch", "interactive"])))
+    snapshot = gateway_metrics.Snapshot(counters, live, ["batch", "interactive"])
+    registry.register(gateway_metrics.GatewayCollector(snapshot))
     samples = Samples(generate_latest(registry).decode())
     bucket = "gpuportal_queue_wait_seconds_bucket"
     assert samples.get(bucket, tier="batch", le="0.005") == 2

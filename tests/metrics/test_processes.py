@@ -62,5 +62,7 @@ def test_the_workers_of_one_server_agree(two_workers, cast):
     for _ in range(6):
         assert ask(two_workers.url, cast["alice"]).status_code == 200
     # Each scrape may land on either worker; a per-process count would differ between them.
-    counts = {scrape(two_workers.url).get(REQUESTS, tier="interactive", status="200", endpoint="chat") for _ in range(8)}
+    counts = {
+        scrape(two_workers.url).get(REQUESTS, tier="interactive", status="200", endpoint="chat") for _ in range(8)
+    }
     assert counts == {6}

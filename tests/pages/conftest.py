@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from fairness.telemetry import tasks
 from fairness.demo import traffic_generator
+from fairness.telemetry import tasks
 from tests.conftest import LOG_DIR, MODEL, Member
 
 if TYPE_CHECKING:

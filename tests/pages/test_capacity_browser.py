@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from django.utils import timezone
 
-from fairness.telemetry.capacity_model import USER_COUNTS
 from fairness.models import SaturationAlert
+from fairness.telemetry.capacity_model import USER_COUNTS
 from tests.conftest import MODEL
 from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan
 from tests.polling import wait_for

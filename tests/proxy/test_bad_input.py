@@ -10,11 +10,10 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from fairness.gateway.api_keys import mint_secret
 from fairness.models import ApiKey, Replica
-from tests.conftest import free_port, start_gateway
+from fairness.portal.keys import mint_secret
+from tests.conftest import MODEL, free_port, start_gateway
 from tests.polling import wait_for
-from tests.conftest import MODEL
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -115,7 +114,8 @@ def test_an_oversized_body_gets_413(gateway, replica, cast):
 
 
 def test_the_wrong_method_gets_405(gateway, replica, cast):
-    response = httpx.get(gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {cast['alice'].secret}"})
+    headers = {"authorization": f"Bearer {cast['alice'].secret}"}
+    response = httpx.get(gateway.url + "/v1/chat/completions", headers=headers)
     assert_error(response, 405)
 
 
@@ -158,7 +158,9 @@ class GarbledEngine:
             self.server = await asyncio.start_server(answer, "127.0.0.1", self.port)
             started.set()
 
-        threading.Thread(target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()), daemon=True).start()
+        threading.Thread(
+            target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()), daemon=True
+        ).start()
         started.wait(5)
 
     def close(self) -> None:

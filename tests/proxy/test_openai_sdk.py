@@ -2,11 +2,11 @@
 
 import pytest
 
-from fairness.telemetry import usage
-from fairness.store.redis_clients import redis_sync
 from fairness.models import UsageRecord
-from tests.polling import wait_for
+from fairness.store.redis_clients import redis_sync
+from fairness.telemetry import usage
 from tests.conftest import MODEL
+from tests.polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]
 
@@ -27,7 +27,8 @@ def test_chat_completion_answers_and_is_counted(cast, openai_for):
     assert reply.usage.completion_tokens == 12 or reply.choices[0].finish_reason == "stop"
     assert raw.headers["x-gpuportal-replica"] == "sim-a"
     record = recorded(raw.headers["x-request-id"])
-    assert (record.prompt_tokens, record.completion_tokens) == (reply.usage.prompt_tokens, reply.usage.completion_tokens)
+    assert record.prompt_tokens == reply.usage.prompt_tokens
+    assert record.completion_tokens == reply.usage.completion_tokens
     assert (record.status, record.stream, record.key_id) == (200, False, cast["alice"].key_id)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fairness.gateway import health_probes
 from fairness.scheduling import health
 from tests.conftest import free_port
 from tests.polling import async_wait_for
@@ -28,7 +29,7 @@ async def test_a_passive_mark_lasts_one_cooldown(aredis):
 async def test_a_probe_answered_503_marks_the_replica_down(aredis, health_server):
     health_server.status = 503
     target = replica("r0", base_url=health_server.url)
-    assert await health.probe_all(aredis, [target]) == {"r0": False}
+    assert await health_probes.probe_all(aredis, [target]) == {"r0": False}
     assert await health.healthy(aredis, [target, R1]) == {"r1"}
     assert health_server.probes == 1
 
@@ -36,7 +37,7 @@ async def test_a_probe_answered_503_marks_the_replica_down(aredis, health_server
 async def test_an_unreachable_replica_is_marked_down(aredis, health_server):
     closed = replica("r1", base_url=f"http://127.0.0.1:{free_port()}")
     up = replica("r0", base_url=health_server.url)
-    assert await health.probe_all(aredis, [up, closed]) == {"r0": True, "r1": False}
+    assert await health_probes.probe_all(aredis, [up, closed]) == {"r0": True, "r1": False}
     assert await health.healthy(aredis, [up, closed]) == {"r0"}
 
 
@@ -45,25 +46,25 @@ async def test_a_successful_probe_clears_a_down_mark(aredis, health_server):
     await health.mark_down(aredis, target, cooldown=60)
     assert "r0" not in await health.healthy(aredis, [target])
 
-    assert await health.probe_all(aredis, [target]) == {"r0": True}
+    assert await health_probes.probe_all(aredis, [target]) == {"r0": True}
     assert "r0" in await health.healthy(aredis, [target])
 
 
 async def test_a_replica_that_recovers_is_healthy_after_the_next_probe(aredis, health_server):
     target = replica("r0", base_url=health_server.url)
     health_server.status = 503
-    await health.probe_all(aredis, [target])
+    await health_probes.probe_all(aredis, [target])
     assert "r0" not in await health.healthy(aredis, [target])
 
     health_server.status = 200
-    await health.probe_all(aredis, [target])
+    await health_probes.probe_all(aredis, [target])
     assert "r0" in await health.healthy(aredis, [target])
 
 
 async def test_a_verdict_expires_when_probing_stops(aredis, health_server):
     health_server.status = 503
     target = replica("r0", base_url=health_server.url)
-    await health.probe_all(aredis, [target], ttl=0.3)
+    await health_probes.probe_all(aredis, [target], ttl=0.3)
 
     async def unknown_again() -> bool:
         return "r0" in await health.healthy(aredis, [target])
@@ -73,6 +74,6 @@ async def test_a_verdict_expires_when_probing_stops(aredis, health_server):
 
 async def test_only_one_process_probes_per_interval(aredis, health_server):
     target = replica("r0", base_url=health_server.url)
-    assert await health.probe_if_due(aredis, [target], interval=60) == {"r0": True}
-    assert await health.probe_if_due(aredis, [target], interval=60) is None
+    assert await health_probes.probe_if_due(aredis, [target], interval=60) == {"r0": True}
+    assert await health_probes.probe_if_due(aredis, [target], interval=60) is None
     assert health_server.probes == 1

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fairness.scheduling.routing import PROCS, LoadBook
+from fairness.scheduling.routing import LoadBook
+from fairness.store.keyspace import LOAD_PROCESSES as PROCS
 from tests.polling import async_wait_for
 
 NAMES = ["r0", "r1", "r2"]

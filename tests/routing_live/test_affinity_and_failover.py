@@ -54,7 +54,9 @@ def test_every_turn_of_a_conversation_lands_on_one_replica(gateway, cast, trio):
 
 
 def test_a_dead_replica_is_routed_around_and_used_again_once_back(gateway, cast, trio):
-    opening = next(f"Question {i}" for i in range(200) if converse(gateway, cast["bob"], f"Question {i}", 1) == ["rep-b"])
+    opening = next(
+        f"Question {i}" for i in range(200) if converse(gateway, cast["bob"], f"Question {i}", 1) == ["rep-b"]
+    )
     port = trio["rep-b"].port
     trio["rep-b"].kill()
 

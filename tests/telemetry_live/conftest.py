@@ -7,10 +7,10 @@ import pytest
 
 from enginesim.load import ClosedLoopUsers
 from enginesim.process import EngineSimProcess, start_enginesim
-from fairness.telemetry import polling
 from fairness.gateway import engine_client
-from fairness.store.redis_clients import redis_async
 from fairness.models import Replica
+from fairness.store.redis_clients import redis_async
+from fairness.telemetry import polling
 from tests.conftest import MODEL
 from tests.polling import wait_for
 

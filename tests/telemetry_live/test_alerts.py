@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from fairness.telemetry import alerts
 from fairness.models import Replica, SaturationAlert
+from fairness.telemetry import alerts
 from fairness.telemetry.saturation import Figures, Transition
 from tests.conftest import MODEL, free_port
 from tests.polling import wait_for

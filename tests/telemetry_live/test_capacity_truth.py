@@ -21,7 +21,7 @@ def test_the_published_per_user_figure_is_within_15_percent_of_measured(engine):
                 # Space the polls by work done (about half a second at one user), so each rate
                 # covers many decode steps and the poller's timing jitter is a small part of it.
                 done = engine.stats()["generation_tokens"] + 150 * users
-                wait_for(lambda: engine.stats()["generation_tokens"] >= done, timeout=10, interval=0.05)
+                wait_for(lambda done=done: engine.stats()["generation_tokens"] >= done, timeout=10, interval=0.05)
                 poll()
             measured[users] = engine_rate(start, engine.stats()) / users
         finally:

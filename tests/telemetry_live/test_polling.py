@@ -4,8 +4,8 @@ import datetime as dt
 
 from django.utils import timezone
 
-from fairness.telemetry import polling
 from fairness.models import EngineSample
+from fairness.telemetry import polling
 from tests.telemetry_live.conftest import load_on, poll, run, running_is
 
 

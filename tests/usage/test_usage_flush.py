@@ -4,14 +4,16 @@ import time
 import pytest
 import redis.asyncio
 
-from fairness.telemetry import usage
+from fairness.gateway import accounting
 from fairness.models import ApiKey, UsageRecord
+from fairness.store import keyspace
+from fairness.telemetry import usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def event(key_id: int, **overrides) -> usage.UsageEvent:
-    base: usage.UsageEvent = {
+def event(key_id: int, **overrides) -> accounting.UsageEvent:
+    base: accounting.UsageEvent = {
         "key_id": key_id, "request_id": "req-1", "endpoint": "chat", "model": "m", "replica": "r1",
         "status": 200, "stream": True, "prompt_tokens": 12, "completion_tokens": 34, "queued_ms": 5,
         "ttft_ms": 40, "latency_ms": 300, "at": time.time(),
@@ -19,12 +21,12 @@ def event(key_id: int, **overrides) -> usage.UsageEvent:
     return {**base, **overrides}
 
 
-def push(redis_url: str, *events: usage.UsageEvent) -> None:
+def push(redis_url: str, *events: accounting.UsageEvent) -> None:
     async def go():
         client = redis.asyncio.Redis.from_url(redis_url)
         pipe = client.pipeline(transaction=False)
         for item in events:
-            pipe.execute_command(*usage.command(item))
+            pipe.execute_command(*accounting.usage_record(item))
         await pipe.execute()
         await client.aclose()
 
@@ -38,26 +40,26 @@ def test_it_moves_events_into_the_database_and_marks_keys_used(cast, redis_clien
     rows = UsageRecord.objects.order_by("request_id")
     assert [(r.request_id, r.completion_tokens) for r in rows] == [("req-1", 34), ("req-2", 1)]
     assert ApiKey.objects.get(pk=alice.key_id).last_used_at is not None
-    assert redis_client.llen(usage.USAGE_LIST) == 0
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 0
     assert usage.flush(redis_client) == 0
 
 
 def test_it_drops_events_of_deleted_keys_without_losing_the_rest(cast, redis_client, redis_url):
     push(redis_url, event(cast["bob"].key_id), event(999_999))
     assert usage.flush(redis_client) == 1
-    assert redis_client.llen(usage.USAGE_LIST) == 0
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 0
 
 
 def test_a_second_flusher_waits_its_turn(cast, redis_client, redis_url):
     push(redis_url, event(cast["carol"].key_id))
-    with redis_client.lock(usage.FLUSH_LOCK, timeout=5):
+    with redis_client.lock(keyspace.USAGE_FLUSH_LOCK, timeout=5):
         assert usage.flush(redis_client) == 0
     assert usage.flush(redis_client) == 1
 
 
 def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url):
-    from fairness.telemetry import usage_rollup
     from fairness.models import UsageHourly
+    from fairness.telemetry import usage_rollup
 
     alice = cast["alice"]
     at = time.time()

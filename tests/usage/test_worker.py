@@ -1,8 +1,8 @@
 """Usage reaches the database through a real Celery worker, not the request path."""
 
 from fairness.models import UsageRecord
-from tests.polling import wait_for
 from tests.conftest import MODEL
+from tests.polling import wait_for
 
 
 def test_a_real_worker_records_usage_of_proxied_requests(worker, cast, openai_for):

@@ -22,9 +22,11 @@ def test_failed_sign_ins_are_limited_per_username(settings):
     settings.GP_SIGNIN_FAILURES_ALLOWED = 3
     get_user_model().objects.create_user("dora", password="correct horse battery")
     for _ in range(3):
-        assert Client(REMOTE_ADDR="10.0.0.1").post("/accounts/login/", {"username": "dora", "password": "x"}).status_code == 200
+        wrong = Client(REMOTE_ADDR="10.0.0.1").post("/accounts/login/", {"username": "dora", "password": "x"})
+        assert wrong.status_code == 200
     # From another address, even with the right password: the username is paused.
-    locked = Client(REMOTE_ADDR="10.0.0.2").post("/accounts/login/", {"username": "dora", "password": "correct horse battery"})
+    locked = Client(REMOTE_ADDR="10.0.0.2").post("/accounts/login/",
+                                                 {"username": "dora", "password": "correct horse battery"})
     assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
 
 

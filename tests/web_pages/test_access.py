@@ -110,7 +110,8 @@ def test_every_form_needs_its_csrf_token(staff, things, path, body):
 def test_the_navigation_matches_the_role(staff_client, researcher_client):
     staff_nav = staff_client.get("/me/").content.decode()
     mine = researcher_client.get("/me/").content.decode()
-    for link in ("/staff/keys/", "/staff/users/", "/staff/tiers/", "/staff/replicas/", "/staff/alerts/", "/staff/audit/"):
+    for link in ("/staff/keys/", "/staff/users/", "/staff/tiers/", "/staff/replicas/", "/staff/alerts/",
+                 "/staff/audit/"):
         assert f'href="{link}"' in staff_nav
         assert f'href="{link}"' not in mine
     for html in (staff_nav, mine):

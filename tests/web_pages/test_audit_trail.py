@@ -12,7 +12,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client, cast):
-    alert = SaturationAlert.objects.create(model="tiny", kind="kv", opened_at=timezone.now(), figures={"kv_usage": 0.97})
+    alert = SaturationAlert.objects.create(model="tiny", kind="kv", opened_at=timezone.now(),
+                                           figures={"kv_usage": 0.97})
     bob_key = ApiKey.objects.get(pk=cast["bob"].key_id)
     alice_key = ApiKey.objects.get(pk=cast["alice"].key_id)
     tier = {"description": "", "per_key_concurrency": 3, "pool_concurrency": "", "head_start_seconds": 0,
@@ -22,12 +23,14 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
         (f"/staff/keys/{bob_key.prefix}/revoke/", {}, "key.revoke"),
         (f"/staff/keys/{alice_key.prefix}/rotate/", key_form(grace_seconds=0), "key.rotate"),
         ("/staff/users/new/", {"username": "dora"}, "user.create"),
-        ("/staff/users/dora/password/", {"new_password1": "a fine long one", "new_password2": "a fine long one"}, "user.password"),
+        ("/staff/users/dora/password/", {"new_password1": "a fine long one", "new_password2": "a fine long one"},
+         "user.password"),
         ("/staff/users/carol/tier/", {"tier": "interactive"}, "user.tier"),
         ("/staff/tiers/new/", {"name": "gold", **tier}, "tier.create"),
         ("/staff/tiers/gold/edit/", {"name": "gold", **tier, "per_key_concurrency": 5}, "tier.update"),
         ("/staff/replicas/new/", {"name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "tiny",
-                                  "engine_kind": "vllm", "max_num_seqs": 8, "scheduling_policy": "fcfs"}, "replica.create"),
+                                  "engine_kind": "vllm", "max_num_seqs": 8, "scheduling_policy": "fcfs"},
+         "replica.create"),
         ("/staff/replicas/gpu1/drain/", {}, "replica.drain"),
         ("/staff/replicas/gpu1/enable/", {}, "replica.enable"),
         ("/staff/replicas/gpu1/disable/", {}, "replica.disable"),

@@ -65,6 +65,8 @@ def test_editing_a_replica_keeps_its_engine_key_and_refuses_overlapping_deployme
     assert saved.status_code == 302
     gpu0.refresh_from_db()
     assert (gpu0.max_num_seqs, gpu0.api_key) == (16, "engine-key")
+    entry = AuditEntry.objects.get(action="replica.update", target="gpu0")
+    assert (entry.actor_name, entry.ip, entry.detail) == ("root", "10.0.0.8", {"max_num_seqs": 16, "tiers": []})
 
     moved = admin_client.post(f"/admin/fairness/replica/{gpu1.pk}/change/",
                               replica_fields(gpu1, model="tiny", tiers=[tiers["batch"].pk]))

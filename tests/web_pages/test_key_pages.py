@@ -140,8 +140,8 @@ def test_rotation_without_grace_revokes_the_old_key_and_a_revoked_key_cannot_rot
 
 
 def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, redis_client):
-    from fairness.portal.queries import ADMISSION_NS
     from fairness.models import UsageHourly
+    from fairness.store.keyspace import ADMISSION_NAMESPACE as ADMISSION_NS
 
     key = ApiKey.objects.get(pk=cast["carol"].key_id)
     redis_client.hset(ADMISSION_NS + "kin", str(key.pk), 2)

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from fairness.telemetry import usage_rollup
 from fairness.models import ApiKey, Tier, UsageHourly
+from fairness.telemetry import usage_rollup
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import Replica, SaturationAlert
-from fairness.telemetry.polling import LATEST_KEY
+from fairness.store.keyspace import TELEMETRY_LATEST
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,8 +28,10 @@ def test_adding_a_replica_keeps_its_key_out_of_the_page_and_the_log(staff_client
 
 
 def test_replica_form_errors_name_the_field(staff_client, tiers):
-    response = staff_client.post("/staff/replicas/new/", {"name": "r", "base_url": "not a url", "model": "has space",
-                                                          "engine_kind": "vllm", "max_num_seqs": 0, "scheduling_policy": "fcfs"})
+    response = staff_client.post("/staff/replicas/new/", {
+        "name": "r", "base_url": "not a url", "model": "has space",
+        "engine_kind": "vllm", "max_num_seqs": 0, "scheduling_policy": "fcfs",
+    })
     assert response.status_code == 200
     assert set(response.context["form"].errors) == {"base_url", "model", "max_num_seqs"}
 
@@ -39,10 +41,14 @@ def test_the_list_shows_health_load_and_the_last_poll(staff_client, redis_client
     Replica.objects.create(name="gpu9", base_url="http://10.1.2.9:8000", model="tiny")
     Replica.objects.create(name="gpu5", base_url="http://10.1.2.5:8000", model="tiny")
     now = time.time()
-    redis_client.hset(LATEST_KEY, "gpu0", json.dumps({"name": "gpu0", "healthy": True, "error": "", "taken_at": now - 3,
-                                                      "running": 6, "waiting": 2, "max_num_seqs": 8}))
-    redis_client.hset(LATEST_KEY, "gpu9", json.dumps({"name": "gpu9", "healthy": False, "error": "ConnectError: refused",
-                                                      "taken_at": now - 3, "running": None, "waiting": None, "max_num_seqs": 8}))
+    redis_client.hset(TELEMETRY_LATEST, "gpu0", json.dumps({
+        "name": "gpu0", "healthy": True, "error": "", "taken_at": now - 3,
+        "running": 6, "waiting": 2, "max_num_seqs": 8,
+    }))
+    redis_client.hset(TELEMETRY_LATEST, "gpu9", json.dumps({
+        "name": "gpu9", "healthy": False, "error": "ConnectError: refused",
+        "taken_at": now - 3, "running": None, "waiting": None, "max_num_seqs": 8,
+    }))
     html = staff_client.get("/staff/replicas/").content.decode()
     gpu0 = html[html.index(">gpu0<"):html.index(">gpu5<")]
     assert "healthy" in gpu0 and "6 / 8" in gpu0 and "ago" in gpu0

@@ -12,23 +12,20 @@ from fairness.portal import submit_once
 def test_a_repeat_learns_the_first_outcome_and_one_in_progress_learns_nothing_yet(redis_url):
     token = submit_once.new_token()
     with submit_once.first_submission(token) as record:
-        with pytest.raises(submit_once.Repeated) as during:
-            with submit_once.first_submission(token):
-                pass
+        with pytest.raises(submit_once.Repeated) as during, submit_once.first_submission(token):
+            pass
         record("gp-abc12345")
 
-    with pytest.raises(submit_once.Repeated) as after:
-        with submit_once.first_submission(token):
-            pass
+    with pytest.raises(submit_once.Repeated) as after, submit_once.first_submission(token):
+        pass
 
     assert (during.value.outcome, after.value.outcome) == ("", "gp-abc12345")
 
 
 def test_an_action_that_fails_gives_its_token_back(redis_url):
     token = submit_once.new_token()
-    with pytest.raises(RuntimeError):
-        with submit_once.first_submission(token):
-            raise RuntimeError("the database went away")
+    with pytest.raises(RuntimeError), submit_once.first_submission(token):
+        raise RuntimeError("the database went away")
 
     with submit_once.first_submission(token) as record:  # the retry runs
         record("gp-def67890")

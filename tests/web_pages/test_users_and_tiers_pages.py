@@ -19,7 +19,8 @@ TIER = {
 
 def test_a_user_created_with_a_password_can_sign_in(staff_client, cast):
     response = staff_client.post("/staff/users/new/", {
-        "username": "dora", "email": "dora@example.org", "password1": "correct horse battery", "password2": "correct horse battery",
+        "username": "dora", "email": "dora@example.org",
+        "password1": "correct horse battery", "password2": "correct horse battery",
     })
     assert response.status_code == 302 and response["Location"] == "/staff/users/"
     dora = User.objects.get(username="dora")
@@ -36,7 +37,8 @@ def test_a_user_created_without_a_password_goes_through_the_set_password_step(st
 
     too_short = staff_client.post("/staff/users/eve/password/", {"new_password1": "short", "new_password2": "short"})
     assert too_short.status_code == 200 and "new_password2" in too_short.context["form"].errors
-    done = staff_client.post("/staff/users/eve/password/", {"new_password1": "a much longer one", "new_password2": "a much longer one"})
+    done = staff_client.post("/staff/users/eve/password/",
+                             {"new_password1": "a much longer one", "new_password2": "a much longer one"})
     assert done.status_code == 302
     assert Client().login(username="eve", password="a much longer one")
 

@@ -1,0 +1,90 @@
+"""What one finished request leaves behind: its usage event and the gateway's counters.
+
+Both are Redis commands sent in the round trip that gives the request's lease back, so
+accounting costs the request path no round trip of its own. The telemetry layer reads them
+back: the flush task drains the events into the database (telemetry/usage.py) and /metrics
+reads the counters (telemetry/gateway_metrics.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NotRequired, TypedDict
+
+from prometheus_client.utils import floatToGoString
+
+from fairness.store import keyspace
+from fairness.store.redis_lane import Command
+
+# Upper bounds (seconds) of the queue-wait buckets: from "no wait" to the batch tier's hour.
+# A request is stored in its own bucket only; the scrape makes them cumulative. Changing the
+# bounds strands the old fields: they are skipped until Redis is flushed.
+WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                600.0, 1800.0, 3600.0, float("inf"))  # fmt: skip
+UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed or timed out
+
+# Counter fields, "|"-separated (tier and replica names are slugs, so never contain one):
+#   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
+#   rej|tier|reason            uperr|replica
+
+
+class UsageEvent(TypedDict):
+    key_id: int
+    tier: NotRequired[str]  # the key's tier when the request ran (events from before it lack it)
+    request_id: str
+    endpoint: str
+    model: str
+    replica: str
+    status: int
+    stream: bool
+    prompt_tokens: int
+    completion_tokens: int
+    queued_ms: int
+    ttft_ms: int | None
+    latency_ms: int
+    at: float
+
+
+def usage_record(event: UsageEvent) -> Command:
+    """Queue the event for the flush task."""
+    return ("RPUSH", keyspace.USAGE_EVENTS, json.dumps(event))
+
+
+def counter_increments(
+    event: UsageEvent, *, admitted: bool, refusal: str | None
+) -> dict[str, int | float]:
+    """The counter fields one finished request adds to (pure, so it is tested on its own)."""
+    tier = event.get("tier", "")
+    status = event["status"]
+    fields: dict[str, int | float] = {f"req|{tier}|{status}|{event['endpoint']}": 1}
+    for kind, tokens in (
+        ("prompt", event["prompt_tokens"]),
+        ("completion", event["completion_tokens"]),
+    ):
+        if tokens:
+            fields[f"tok|{tier}|{kind}"] = tokens
+    if admitted:
+        wait = event["queued_ms"] / 1000
+        le = next(b for b in WAIT_BUCKETS if wait <= b)
+        fields[f"wait|{tier}|{floatToGoString(le)}"] = 1
+        fields[f"waitsum|{tier}"] = float(wait)
+    if status == 429:
+        # Not admitted: admission's own refusal; admitted: the engine itself answered 429.
+        fields[f"rej|{tier}|{refusal or 'engine'}"] = 1
+    if status in UPSTREAM_FAILURES and event["replica"]:
+        fields[f"uperr|{event['replica']}"] = 1
+    return fields
+
+
+def counter_commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
+    """This request's counter bumps."""
+    return [
+        ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", keyspace.GATEWAY_COUNTERS,
+         field, amount)
+        for field, amount in counter_increments(event, admitted=admitted, refusal=refusal).items()
+    ]  # fmt: skip
+
+
+def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
+    """Everything a finished request records: its usage event and its counter bumps."""
+    return [usage_record(event), *counter_commands(event, admitted=admitted, refusal=refusal)]

@@ -1,0 +1,48 @@
+"""Minting API keys: the secret is returned once and only its hash is stored."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
+from fairness.models import ApiKey, Tier
+
+
+def mint_secret() -> str:
+    # 32 random bytes: the hash needs no salt or stretching at this entropy.
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def issue_key(
+    owner: AbstractBaseUser,
+    tier: Tier,
+    *,
+    label: str = "",
+    expires_at: dt.datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; the secret is returned once and never stored."""
+    for _ in range(5):
+        secret = mint_secret()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    owner=owner,
+                    tier=tier,
+                    label=label,
+                    prefix=secret[:VISIBLE_CHARS],
+                    secret_hash=hash_secret(secret),
+                    expires_at=expires_at,
+                )
+            return key, secret
+        except IntegrityError:  # a prefix collision: vanishingly rare, try another secret
+            continue
+    raise RuntimeError("could not mint a unique key prefix")
+
+
+def expiry_in_days(days: int | None) -> dt.datetime | None:
+    return timezone.now() + dt.timedelta(days=days) if days else None

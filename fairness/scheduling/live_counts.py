@@ -1,0 +1,83 @@
+"""Admission's live counts, as the pages, /metrics and the poll task read them."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import redis
+
+from fairness.store import keyspace
+
+
+class GroupStats(TypedDict):
+    capacity: int
+    in_flight: int
+    queued: int
+
+
+class TierStats(TypedDict):
+    in_flight: int
+    borrowed: int
+    queued: int
+    longest_wait: float
+
+
+class KeyStats(TypedDict):
+    in_flight: int
+    queued: int
+
+
+class Stats(TypedDict):
+    groups: dict[str, GroupStats]
+    tiers: dict[str, TierStats]
+    keys: dict[str, KeyStats]
+    longest_wait: float
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def parse_stats(reply: list[Any], now: float) -> Stats:
+    """The stats script's reply as counts per capacity group, tier and key."""
+    cap, gin, gq, kin, kq, pin, pbin, pq = (_pairs(part) for part in reply[:8])
+    oldest = {pool: now - float(at) for pool, at in _pairs(reply[8]).items()}
+    groups: dict[str, GroupStats] = {
+        g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
+            "queued": int(gq.get(g, 0))}
+        for g in sorted({*cap, *gin, *gq})
+    }  # fmt: skip
+    tiers: dict[str, TierStats] = {
+        p: {"in_flight": int(pin.get(p, 0)), "borrowed": int(pbin.get(p, 0)),
+            "queued": int(pq.get(p, 0)), "longest_wait": max(0.0, oldest.get(p, 0.0))}
+        for p in sorted({*pin, *pbin, *pq})
+    }  # fmt: skip
+    keys: dict[str, KeyStats] = {
+        k: {"in_flight": int(kin.get(k, 0)), "queued": int(kq.get(k, 0))}
+        for k in sorted({*kin, *kq})
+    }
+    longest = max((t["longest_wait"] for t in tiers.values()), default=0.0)
+    return {"groups": groups, "tiers": tiers, "keys": keys, "longest_wait": longest}
+
+
+def key_load(client: redis.Redis) -> dict[int, tuple[int, int]]:
+    """Key id -> (in flight, queued), read without running a script (the pages are sync).
+    A lease of a crashed gateway may show here until the next admission call reaps it (within
+    one lease TTL)."""
+    namespace = keyspace.ADMISSION_NAMESPACE
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(namespace + keyspace.ADMISSION_IN_FLIGHT_BY_KEY)
+        pipe.hgetall(namespace + keyspace.ADMISSION_QUEUED_BY_KEY)
+        in_flight, queued = pipe.execute()
+    load: dict[int, tuple[int, int]] = {}
+    for raw_id in set(in_flight) | set(queued):
+        try:
+            key_id = int(raw_id)
+        except ValueError:
+            continue
+        load[key_id] = (int(in_flight.get(raw_id, 0)), int(queued.get(raw_id, 0)))
+    return load

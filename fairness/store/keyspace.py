@@ -1,0 +1,96 @@
+"""Every Redis key gpuportal writes, with its type, owner and lifetime. Nothing else spells one.
+
+The supported shape is one Redis server (with a replica for failover). The braces in some names
+are Redis Cluster hash tags left from keeping related keys together; they do not make the
+project Cluster-ready: a request's release sends admission's script and its accounting in one
+pipeline, which spans two slots.
+
+Two libraries keep keys of their own in the same database, under their own names: Django's cache
+(`:1:` prefix: sign-in attempt counters) and Celery (its broker queues and `_kombu` bindings).
+"""
+
+from __future__ import annotations
+
+PREFIX = "gp"
+
+# -- admission (scheduling/admission.py) --------------------------------------------------------
+# Its Lua scripts get this namespace as KEYS[1] and derive every key they touch from it; the
+# layout of those keys is documented in scheduling/lua/lib.lua. Leases and tickets expire with
+# the lease TTL unless renewed; the counters live as long as anything is in flight or queued.
+ADMISSION_NAMESPACE = PREFIX + ":{adm}:"
+# hashes inside the namespace that the pages read: key id -> leases in flight, tickets queued
+ADMISSION_IN_FLIGHT_BY_KEY = "kin"
+ADMISSION_QUEUED_BY_KEY = "kq"
+
+
+def admission_namespace(prefix: str = PREFIX) -> str:
+    """Admission's namespace under another prefix (tests keep their runs apart with one)."""
+    return f"{prefix}:{{adm}}:"
+
+
+def grant_channel(namespace: str, process_id: str) -> str:
+    """Pub/sub channel on which one gateway process hears of grants to its waiting tickets."""
+    return f"{namespace}grants:{process_id}"
+
+
+# -- routing and health (scheduling/routing.py, scheduling/health.py) ---------------------------
+ROUTING_NAMESPACE = PREFIX + ":{rt}:"
+# set of gateway process ids that publish in-flight counts; pruned by the readers
+LOAD_PROCESSES = ROUTING_NAMESPACE + "inflight-procs"
+# string, SET NX with a TTL of one probe interval: whichever process holds it probes the replicas
+HEALTH_PROBE_LOCK = ROUTING_NAMESPACE + "probe-lock"
+
+
+def load_counts(process_id: str) -> str:
+    """Hash replica -> requests one gateway process has in flight there; TTL derived from the
+    lease TTL, renewed while the process has anything in flight."""
+    return f"{ROUTING_NAMESPACE}inflight:{process_id}"
+
+
+def health_verdict(replica_name: str, base_url: str) -> str:
+    """String "up" or "down" with a TTL of a few probe intervals (or one cooldown for a failure
+    seen on the request path). The address is part of the key: a replica moved to a new address
+    starts with no verdict rather than inheriting the old address's."""
+    return f"{ROUTING_NAMESPACE}health:{replica_name}@{base_url}"
+
+
+# -- accounting (gateway/accounting.py writes, telemetry reads) ---------------------------------
+# list of JSON usage events, RPUSHed in the round trip that gives a lease back, drained into the
+# database by the flush task (telemetry/usage.py); entries stay until their batch is committed
+USAGE_EVENTS = PREFIX + ":usage"
+# lock (redis-py Lock), 60 s: one flusher at a time
+USAGE_FLUSH_LOCK = PREFIX + ":usage:flush-lock"
+# hash of the gateway's own counters (requests, tokens, queue-wait buckets, rejections), bumped
+# beside each usage event; never expires (a Redis restart resets it, as a counter reset)
+GATEWAY_COUNTERS = PREFIX + ":metrics:{gp:usage}"
+
+# -- configuration (store/config_epoch.py) ------------------------------------------------------
+# string: a random value replaced after every committed change to keys, tiers, replicas or users
+CONFIG_EPOCH = PREFIX + ":config-epoch"
+
+# -- telemetry (telemetry/polling.py, capacity_store.py, alerts.py, tasks.py) --------------------
+# hash replica name -> the latest reading the pages show, as JSON; entries of removed replicas
+# are dropped by the next poll
+TELEMETRY_LATEST = PREFIX + ":telemetry:latest"
+# hash model -> CapacityEstimate as JSON ("" when there is none), replaced by each refit
+CAPACITY_ESTIMATES = PREFIX + ":capacity:estimates"
+# string: when capacity was last refitted (epoch seconds)
+CAPACITY_REFITTED_AT = PREFIX + ":capacity:refitted-at"
+
+
+def telemetry_snapshot(replica_name: str) -> str:
+    """String: a replica's last parsed scrape as JSON, the base of the next poll's rates."""
+    return f"{PREFIX}:telemetry:snapshot:{replica_name}"
+
+
+def saturation_state(model: str) -> str:
+    """String: a model's saturation detector state between polls, as JSON."""
+    return f"{PREFIX}:saturation:{model}"
+
+
+# -- the pages (portal/submit_once.py) -----------------------------------------------------------
+
+
+def submitted_form(token: str) -> str:
+    """String, 24 h: what the first submission of a submit-once form made ("" while it runs)."""
+    return f"{PREFIX}:once:{token}"
