@@ -152,6 +152,9 @@ class UsageRecord(models.Model):
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["key", "created_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.request_id} ({self.status})"
+
 
 class EngineSample(models.Model):
     """One poll of one replica's /metrics, or (resolution > 0) the average of several."""
@@ -171,6 +174,9 @@ class EngineSample(models.Model):
     class Meta:
         ordering = ["-taken_at"]
         indexes = [models.Index(fields=["replica", "taken_at"]), models.Index(fields=["taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id} at {self.taken_at:%Y-%m-%d %H:%M:%S}"
 
 
 class SaturationAlert(models.Model):
@@ -230,6 +236,9 @@ class UsageHourly(models.Model):
     class Meta:
         ordering = ["-hour"]
         constraints = [models.UniqueConstraint(fields=["key", "hour"], name="one_row_per_key_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.key_id} at {self.hour:%Y-%m-%d %H:00}"
 
 
 class AuditEntry(models.Model):

@@ -9,9 +9,10 @@ reads the counters (telemetry/gateway_metrics.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import NotRequired, TypedDict
 
-from prometheus_client.utils import floatToGoString
+from prometheus_client import utils as prometheus_utils
 
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command
@@ -26,6 +27,9 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 # Counter fields, "|"-separated (tier and replica names are slugs, so never contain one):
 #   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
 #   rej|tier|reason            uperr|replica
+
+# The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
+_le_label: Callable[[float], str] = prometheus_utils.floatToGoString
 
 
 class UsageEvent(TypedDict):
@@ -66,7 +70,7 @@ def counter_increments(
     if admitted:
         wait = event["queued_ms"] / 1000
         le = next(b for b in WAIT_BUCKETS if wait <= b)
-        fields[f"wait|{tier}|{floatToGoString(le)}"] = 1
+        fields[f"wait|{tier}|{_le_label(le)}"] = 1
         fields[f"waitsum|{tier}"] = float(wait)
     if status == 429:
         # Not admitted: admission's own refusal; admitted: the engine itself answered 429.

@@ -35,7 +35,7 @@ class TierPolicy:
     borrow_idle_slots: bool
 
     @classmethod
-    def of(cls, tier: Tier) -> "TierPolicy":
+    def of(cls, tier: Tier) -> TierPolicy:
         return cls(
             name=tier.name,
             per_key_concurrency=tier.per_key_concurrency,

@@ -57,6 +57,7 @@ class GatewayApp:
         self.runtime: GatewayRuntime | None = None
         self._requests: set[asyncio.Task[Any]] = set()
         self._grace: asyncio.TimerHandle | None = None
+        self._cutting_off = False  # from now on a cancelled request was cut off, not abandoned
 
     async def lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -105,6 +106,7 @@ class GatewayApp:
             self._grace = asyncio.get_running_loop().call_later(grace, self._cut_off)
 
     def _cut_off(self) -> None:
+        self._cutting_off = True
         for task in list(self._requests):
             task.cancel()
 
@@ -156,7 +158,23 @@ class GatewayApp:
                         log.exception("proxy request %s failed", request_id)
 
     async def _answer(self, request: GatewayRequest, send: Send) -> None:
-        await _send_response(await self._respond(request), send, request.request_id)
+        tracked = _TrackedSend(send)
+        try:
+            await _send_response(await self._respond(request), tracked, request.request_id)
+        except asyncio.CancelledError:
+            if not self._cutting_off:
+                raise  # the client left: there is nobody to answer
+            # Cut off at the end of the grace period. Left alone, uvicorn would answer a request
+            # still queued with a bare text 500 and drop a stream mid-body; instead the client
+            # gets an OpenAI-shaped 503 (or, mid-stream, an error event and a clean end) and
+            # knows to retry elsewhere. The view has already handed its lease back.
+            error = ApiError(
+                503, "The gateway is shutting down; try again.", "shutting_down", retry_after=1
+            )
+            if not tracked.started:
+                await _send_response(error.response(), send, request.request_id)
+            elif tracked.streaming:
+                await send({"type": "http.response.body", "body": error.sse_event()})
 
     async def _respond(self, request: GatewayRequest) -> HttpResponseBase:
         """The view's answer; every failure becomes an OpenAI-shaped error."""
@@ -219,6 +237,21 @@ async def _send_response(response: HttpResponseBase, send: Send, request_id: str
         await send({"type": "http.response.body"})
     finally:
         response.close()  # the relay's cleanup, should iteration not have finished it
+
+
+class _TrackedSend:
+    """The server's send, noting whether the response has started (for the cut-off)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self.streaming = False  # no content-length: more may follow the last chunk sent
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        await self.send(message)  # cancelled, it has written nothing (it waits, then writes)
+        if message["type"] == "http.response.start":
+            self.started = True
+            self.streaming = all(name != b"content-length" for name, _ in message["headers"])
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Mapping
 
 import httpx
 from django.conf import settings
@@ -14,7 +15,7 @@ from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
 from fairness.scheduling.directory import ReplicaInfo
 
-_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]" = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
 
 def client() -> httpx.AsyncClient:
@@ -79,7 +80,7 @@ async def get(replica: ReplicaInfo, path: str, timeout: float) -> httpx.Response
         raise translate(exc, replica) from exc
 
 
-async def post_json(url: str, payload: dict, timeout: float) -> httpx.Response:
+async def post_json(url: str, payload: Mapping[str, object], timeout: float) -> httpx.Response:
     """A notification to somewhere other than an engine (alert webhooks)."""
     response = await client().post(url, json=payload, timeout=timeout)
     response.raise_for_status()

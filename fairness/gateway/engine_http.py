@@ -14,9 +14,9 @@ the outbound seam.
 from __future__ import annotations
 
 import asyncio
+import functools
 import weakref
 from collections import deque
-import functools
 from collections.abc import AsyncIterator
 from typing import Protocol, cast
 from urllib.parse import urlsplit

@@ -39,7 +39,7 @@ class ApiError(Exception):
         self.param = param
         self.retry_after = retry_after
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, dict[str, str | None]]:
         return {
             "error": {
                 "message": self.message,

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from fairness.gateway.errors import ApiError
 from fairness.gateway.engine_http import EngineAnswer
+from fairness.gateway.errors import ApiError
 
 EVENT_END = b"\n\n"
 UNSTARTED_GRACE_SECONDS = 10.0

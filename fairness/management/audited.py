@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from fairness.portal import actions
 
@@ -29,7 +29,7 @@ class AuditedCommand(BaseCommand):
     def command_line(self, options: dict[str, Any]) -> list[str]:
         """The command line that gives these options. call_command() has none of its own, and the
         process's (a test runner's, a worker's) would not say what was run."""
-        parser = argparse.ArgumentParser(add_help=False)
+        parser = CommandParser(add_help=False)
         self.add_arguments(parser)
         argv = ["manage.py", self.__module__.rpartition(".")[2]]
         for action in parser._actions:

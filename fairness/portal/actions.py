@@ -10,17 +10,20 @@ import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from fairness.gateway.api_keys import hash_secret
-from fairness.portal.keys import issue_key, mint_secret
-from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
 from fairness.gateway.replica_rows import conflict_if_saved
+from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.portal.keys import issue_key, mint_secret
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Actor:
     A management command has no signed-in user: `name` then says who ran it and `command` what
     was run (see command_line_actor)."""
 
-    user: AbstractBaseUser | None
+    user: User | None
     ip: str | None = None
     name: str = ""
     command: str = ""
@@ -95,7 +98,7 @@ def _masked_value(value: str) -> str:
 
 
 @transaction.atomic
-def issue(actor: Actor, owner: AbstractBaseUser, tier: Tier, label: str = "",
+def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
           expires_at: dt.datetime | None = None) -> tuple[ApiKey, str]:
     key, secret = issue_key(owner, tier, label=label, expires_at=expires_at)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
@@ -126,7 +129,7 @@ def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0) -> tuple[ApiKey, s
 
 @transaction.atomic
 def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = False,
-                password: str | None = None) -> AbstractBaseUser:
+                password: str | None = None) -> User:
     user = get_user_model().objects.create_user(username=username, email=email, password=password)
     if is_staff:
         user.is_staff = True
@@ -136,7 +139,7 @@ def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = F
 
 
 @transaction.atomic
-def set_password(actor: Actor, user: AbstractBaseUser, password: str) -> AbstractBaseUser:
+def set_password(actor: Actor, user: User, password: str) -> User:
     """For a user created without one (the set-password step); the password is never logged."""
     user.set_password(password)
     user.save(update_fields=["password"])
@@ -145,7 +148,7 @@ def set_password(actor: Actor, user: AbstractBaseUser, password: str) -> Abstrac
 
 
 @transaction.atomic
-def set_user_tier(actor: Actor, user: AbstractBaseUser, tier: Tier) -> int:
+def set_user_tier(actor: Actor, user: User, tier: Tier) -> int:
     """Moves every live key of the user to the tier; new requests follow at once."""
     keys = ApiKey.objects.filter(owner=user, revoked_at=None)
     changed = 0
@@ -223,7 +226,7 @@ ADMIN_TOKEN_VISIBLE_CHARS = 12  # "gpa-" and 8 characters, like a key's prefix
 
 
 @transaction.atomic
-def issue_admin_token(actor: Actor, owner: AbstractBaseUser, label: str = "",
+def issue_admin_token(actor: Actor, owner: User, label: str = "",
                       expires_at: dt.datetime | None = None) -> tuple[AdminToken, str]:
     """A token acts with all of its owner's powers, so it is for active staff only, and only a
     superuser (or the command line, which has the host already) may make one for someone else:

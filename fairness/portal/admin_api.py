@@ -21,11 +21,11 @@ from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import field_validator
 
-from fairness.portal import submit_once
-from fairness.portal import actions
 from fairness.gateway.api_keys import hash_secret
-from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.portal import actions, submit_once
+from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
+from fairness.portal.signed_in import AdminApiRequest
 
 User = get_user_model()
 
@@ -53,7 +53,7 @@ class AdminTokenAuth(HttpBearer):
 router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
 
 
-def actor(request: HttpRequest) -> actions.Actor:
+def actor(request: AdminApiRequest) -> actions.Actor:
     return actions.Actor(request.auth, request.META.get("REMOTE_ADDR"))
 
 
@@ -104,7 +104,7 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @contextmanager
-def idempotent(request: HttpRequest) -> Iterator[Callable[[str], None]]:
+def idempotent(request: AdminApiRequest) -> Iterator[Callable[[str], None]]:
     """Honour an `Idempotency-Key` header: a retry with the same key (say, after a timeout that
     hid the first answer) makes no second key and answers 409 naming the one made."""
     value = request.headers.get("Idempotency-Key")

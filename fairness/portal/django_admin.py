@@ -17,8 +17,6 @@ from django.db.models import Field, QuerySet, URLField
 from django.forms import Field as FormField
 from django.http import HttpRequest
 
-from fairness.portal import actions
-from fairness.portal.forms import ReplicaForm
 from fairness.models import (
     AdminToken,
     ApiKey,
@@ -30,6 +28,14 @@ from fairness.models import (
     UsageHourly,
     UsageRecord,
 )
+from fairness.portal import actions
+from fairness.portal.forms import ReplicaForm
+
+
+def _actor(request: HttpRequest) -> actions.Actor:
+    # The admin site lets in active staff only, so its requests are always signed in.
+    assert request.user.is_authenticated
+    return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -65,7 +71,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        actor = actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+        actor = _actor(request)
         live = list(queryset.filter(revoked_at=None))
         for key in live:
             actions.revoke(actor, key)
@@ -76,7 +82,7 @@ class ReplicaAdminForm(ReplicaForm):
     class Meta(ReplicaForm.Meta):
         fields = [*ReplicaForm.Meta.fields, "enabled", "draining"]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             self.fields["api_key"].help_text = "Leave empty to keep the current one (never shown)."
@@ -94,7 +100,7 @@ class ReplicaAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Replica, form: ReplicaAdminForm, change: bool) -> None:
         # The replica and its tiers together, audited like the staff pages' changes.
-        actor = actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+        actor = _actor(request)
         actions.save_replica(actor, obj, form.changes(), form.cleaned_data["tiers"])
 
     def save_related(self, request: HttpRequest, form: ReplicaAdminForm, formsets: list, change: bool) -> None:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth import get_user_model, password_validation
 from django.db import models
 from django.utils import timezone
 
-from fairness.portal import submit_once
-from fairness.models import Replica, Tier
 from fairness.gateway.replica_rows import conflict_if_saved
+from fairness.models import Replica, Tier
+from fairness.portal import submit_once
 
 User = get_user_model()
 
@@ -75,9 +76,10 @@ class IssueAdminTokenForm(SubmitOnceForm):
         super().__init__(*args, **kwargs)
         if not issuer.is_superuser:
             # The only choice is oneself, so a form posted with another name fails validation.
-            self.fields["owner"].queryset = User.objects.filter(pk=issuer.pk)
-            self.fields["owner"].initial = issuer.get_username()
-            self.fields["owner"].help_text = "Your own: only a superuser may issue a token for someone else."
+            owner = cast(forms.ModelChoiceField, self.fields["owner"])  # as declared above
+            owner.queryset = User.objects.filter(pk=issuer.pk)
+            owner.initial = issuer.get_username()
+            owner.help_text = "Your own: only a superuser may issue a token for someone else."
 
     def expires_at(self) -> dt.datetime | None:
         days = self.cleaned_data.get("expires_days")
@@ -99,14 +101,15 @@ class CreateUserForm(forms.Form):
     )
 
     def clean_username(self) -> str:
-        username = self.cleaned_data["username"]
+        username: str = self.cleaned_data["username"]
         if User.objects.filter(username__iexact=username).exists():
             raise forms.ValidationError("That username is taken.")
         return username
 
-    def clean(self) -> dict:
-        data = super().clean()
-        first, second = data.get("password1"), data.get("password2")
+    def clean(self) -> dict[str, Any]:
+        super().clean()  # Form.clean() returns cleaned_data itself
+        data = self.cleaned_data
+        first, second = data.get("password1") or "", data.get("password2") or ""
         if first or second:
             if first != second:
                 self.add_error("password2", "The two passwords differ.")
@@ -164,14 +167,17 @@ class ReplicaForm(forms.ModelForm):
         formfield_callback = _plain_http_urls
         model = Replica
         fields = ["name", "base_url", "model", "engine_kind", "max_num_seqs", "scheduling_policy", "api_key", "tiers"]
-        labels = {"base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key"}
+        labels = {
+            "base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key",
+        }
         widgets = {
             "api_key": forms.PasswordInput(render_value=False),
             "tiers": forms.CheckboxSelectMultiple,
         }
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()  # ModelForm.clean() returns cleaned_data itself
+        data = self.cleaned_data
         if not self.errors:
             # The instance takes the form's values only after clean(), its tiers after saving.
             fields = {name: value for name, value in data.items() if name != "tiers"}

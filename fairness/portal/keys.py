@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+from typing import TYPE_CHECKING
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
 from fairness.models import ApiKey, Tier
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def mint_secret() -> str:
@@ -19,7 +22,7 @@ def mint_secret() -> str:
 
 
 def issue_key(
-    owner: AbstractBaseUser,
+    owner: User,
     tier: Tier,
     *,
     label: str = "",

@@ -27,9 +27,10 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
 @sync_and_async_middleware
 def refuse_nul(get_response: Callable) -> Callable:
     if iscoroutinefunction(get_response):
-        async def middleware(request: HttpRequest) -> HttpResponse:
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
             return _refusal(request) or await get_response(request)
-    else:
-        def middleware(request: HttpRequest) -> HttpResponse:
-            return _refusal(request) or get_response(request)
+        return async_middleware
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        return _refusal(request) or get_response(request)
     return middleware

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from fairness.telemetry import usage_rollup
-from fairness.portal.queries import key_load, tokens_last_day
 from fairness.models import ApiKey, Tier, UsageHourly
+from fairness.portal.queries import key_load, tokens_last_day
+from fairness.portal.signed_in import SignedInRequest
+from fairness.telemetry import usage_rollup
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 USAGE_DAYS = 30
 
@@ -23,11 +27,11 @@ def home(request: HttpRequest) -> HttpResponse:
     return redirect("me" if request.user.is_authenticated else "capacity")
 
 
-def _get_keys_for_user(user: AbstractBaseUser) -> QuerySet[ApiKey]:
+def _get_keys_for_user(user: User) -> QuerySet[ApiKey]:
     return ApiKey.objects.filter(owner=user).select_related("tier")
 
 
-def _get_usage_for_user(user: AbstractBaseUser, days: int = USAGE_DAYS) -> QuerySet[UsageHourly]:
+def _get_usage_for_user(user: User, days: int = USAGE_DAYS) -> QuerySet[UsageHourly]:
     since = _today() - dt.timedelta(days=days - 1)
     return UsageHourly.objects.filter(key__owner=user, hour__gte=since)
 
@@ -37,11 +41,11 @@ def _today() -> dt.datetime:
 
 
 @login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
+def dashboard(request: SignedInRequest) -> HttpResponse:
     keys = list(_get_keys_for_user(request.user))
     load, tokens = key_load(), tokens_last_day()
     now = timezone.now()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"key": key, "live": key.revoked_at is None and not key.is_expired(now),
          "in_flight": load.get(key.pk, (0, 0))[0], "queued": load.get(key.pk, (0, 0))[1],
          "tokens_24h": tokens.get(key.pk, 0)}
@@ -57,7 +61,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def usage(request: HttpRequest) -> HttpResponse:
+def usage(request: SignedInRequest) -> HttpResponse:
     return render(request, "me/usage.html", {
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "today": usage_rollup.summary(_get_usage_for_user(request.user, days=1)),
@@ -66,7 +70,7 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def usage_daily(request: HttpRequest) -> JsonResponse:
+def usage_daily(request: SignedInRequest) -> JsonResponse:
     """The usage chart's series: every day of the window, zeros included, so gaps show as gaps."""
     by_day = {row["day"].date(): row for row in usage_rollup.per_day(_get_usage_for_user(request.user))}
     first = _today().date() - dt.timedelta(days=USAGE_DAYS - 1)

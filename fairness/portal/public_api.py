@@ -10,11 +10,10 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
-from fairness.telemetry import polling
-from fairness.telemetry import capacity_store
-from fairness.portal.admin_api import router as admin_router
-from fairness.telemetry.capacity_model import USER_COUNTS, public_sentence
 from fairness.models import EngineSample, SaturationAlert, Tier
+from fairness.portal.admin_api import router as admin_router
+from fairness.telemetry import capacity_store, polling
+from fairness.telemetry.capacity_model import USER_COUNTS, public_sentence
 
 api = NinjaAPI(title="gpuportal", version="1", description="Capacity, replicas and alerts of a shared LLM endpoint.")
 public = Router(tags=["public"])
@@ -88,7 +87,7 @@ class SeriesOut(Schema):
 
 
 def _replica(row: dict) -> ReplicaOut:
-    return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.timezone.utc), **{
+    return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.UTC), **{
         k: row[k] for k in ("name", "model", "healthy", "running", "waiting", "kv_usage", "generation_tps",
                             "prefix_hit_rate", "max_num_seqs")
     })
@@ -117,7 +116,9 @@ async def capacity(request):
             model=model,
             sentence=public_sentence(estimate),
             total_tokens_per_second=estimate.total_tokens_per_second if estimate else None,
-            per_user=[PerUser(users=n, tokens_per_second=estimate.per_user(n)) for n in USER_COUNTS] if estimate else [],
+            per_user=(
+                [PerUser(users=n, tokens_per_second=estimate.per_user(n)) for n in USER_COUNTS] if estimate else []
+            ),
             basis=estimate.basis if estimate else None,
             samples=estimate.samples if estimate else 0,
         ))
@@ -160,7 +161,7 @@ def _series(window: str) -> SeriesOut:
     out = SeriesOut(window=window, t=[], running=[], waiting=[], generation_tps=[])
     for slot in sorted(buckets):
         members = buckets[slot]
-        out.t.append(dt.datetime.fromtimestamp(slot * bucket, tz=dt.timezone.utc))
+        out.t.append(dt.datetime.fromtimestamp(slot * bucket, tz=dt.UTC))
         for index, name in enumerate(("running", "waiting", "generation_tps")):
             getattr(out, name).append(round(sum(m[index] for m in members) / len(members), 3))
     return out

@@ -6,8 +6,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from fairness.portal import public_api
 from fairness.models import SaturationAlert
+from fairness.portal import public_api
 
 ALERT_KINDS = dict(SaturationAlert.Kind.choices)
 

@@ -33,7 +33,9 @@ class KeyOut(Schema):
 
 
 
-def key_out(key: ApiKey, load: dict[int, tuple[int, int]] | None = None, tokens: dict[int, int] | None = None) -> KeyOut:
+def key_out(
+    key: ApiKey, load: dict[int, tuple[int, int]] | None = None, tokens: dict[int, int] | None = None
+) -> KeyOut:
     in_flight, queued = (load or {}).get(key.pk, (0, 0))
     return KeyOut(
         prefix=key.prefix, owner=key.owner.get_username(), tier=key.tier.name, label=key.label,

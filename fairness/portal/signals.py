@@ -4,8 +4,8 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
-from fairness.store.config_epoch import bump_epoch
 from fairness.models import ApiKey, Replica, Tier
+from fairness.store.config_epoch import bump_epoch
 
 
 @receiver([post_save, post_delete], sender=ApiKey)

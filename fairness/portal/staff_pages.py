@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from functools import wraps
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import SetPasswordForm
-from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -27,9 +27,8 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST, require_safe
 
-from fairness.portal import submit_once
-from fairness.portal import actions
-from fairness.telemetry import polling
+from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.portal import actions, submit_once
 from fairness.portal.forms import (
     CreateUserForm,
     IssueKeyForm,
@@ -39,9 +38,12 @@ from fairness.portal.forms import (
     UserTierForm,
 )
 from fairness.portal.queries import key_load, key_out, tokens_last_day
-from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.portal.signed_in import SignedInRequest
+from fairness.telemetry import polling
 
-User = get_user_model()
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 REPLICA_STATES = ("enable", "disable", "drain")
 AUDIT_PAGE_SIZE = 100
 
@@ -61,37 +63,37 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapped
 
 
-def _actor(request: HttpRequest) -> actions.Actor:
+def _actor(request: SignedInRequest) -> actions.Actor:
     return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
 
 
-def _staff_only(user: AbstractBaseUser) -> None:
+def _staff_only(user: User) -> None:
     # Behind staff_required already; repeated here so a helper is safe wherever it is called.
     if not (user.is_active and user.is_staff):
         raise Http404
 
 
-def _get_key_for_user(user: AbstractBaseUser, prefix: str) -> ApiKey:
+def _get_key_for_user(user: User, prefix: str) -> ApiKey:
     _staff_only(user)
     return get_object_or_404(ApiKey.objects.select_related("owner", "tier"), prefix=prefix)
 
 
-def _get_member_for_user(user: AbstractBaseUser, username: str) -> AbstractBaseUser:
+def _get_member_for_user(user: User, username: str) -> User:
     _staff_only(user)
-    return get_object_or_404(User, username=username)
+    return get_object_or_404(get_user_model(), username=username)
 
 
-def _get_tier_for_user(user: AbstractBaseUser, name: str) -> Tier:
+def _get_tier_for_user(user: User, name: str) -> Tier:
     _staff_only(user)
     return get_object_or_404(Tier, name=name)
 
 
-def _get_replica_for_user(user: AbstractBaseUser, name: str) -> Replica:
+def _get_replica_for_user(user: User, name: str) -> Replica:
     _staff_only(user)
     return get_object_or_404(Replica, name=name)
 
 
-def _get_alert_for_user(user: AbstractBaseUser, alert_id: int) -> SaturationAlert:
+def _get_alert_for_user(user: User, alert_id: int) -> SaturationAlert:
     _staff_only(user)
     return get_object_or_404(SaturationAlert, pk=alert_id)
 
@@ -117,7 +119,7 @@ def _already_done(request: HttpRequest, made: str) -> HttpResponse:
 
 @staff_required
 @require_safe
-def keys(request: HttpRequest) -> HttpResponse:
+def keys(request: SignedInRequest) -> HttpResponse:
     show_all = request.GET.get("show") == "all"
     queryset = ApiKey.objects.select_related("owner", "tier")
     if not show_all:
@@ -129,7 +131,7 @@ def keys(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 @sensitive_variables("secret")
-def issue_key(request: HttpRequest) -> HttpResponse:
+def issue_key(request: SignedInRequest) -> HttpResponse:
     form = IssueKeyForm(request.POST or None, initial={"owner": request.GET.get("owner")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -145,7 +147,7 @@ def issue_key(request: HttpRequest) -> HttpResponse:
 
 
 @staff_required
-def revoke_key(request: HttpRequest, prefix: str) -> HttpResponse:
+def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     key = _get_key_for_user(request.user, prefix)
     if key.revoked_at is not None:  # a second click, or a stale tab: nothing to do, nothing to audit
         messages.info(request, f"{key.prefix}… was already revoked.")
@@ -159,7 +161,7 @@ def revoke_key(request: HttpRequest, prefix: str) -> HttpResponse:
 
 @staff_required
 @sensitive_variables("secret")
-def rotate_key(request: HttpRequest, prefix: str) -> HttpResponse:
+def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     key = _get_key_for_user(request.user, prefix)
     if key.revoked_at is not None:
         messages.error(request, f"{key.prefix}… is revoked; issue a new key instead.")
@@ -181,8 +183,8 @@ def rotate_key(request: HttpRequest, prefix: str) -> HttpResponse:
 
 @staff_required
 @require_safe
-def users(request: HttpRequest) -> HttpResponse:
-    people = User.objects.order_by("username").annotate(
+def users(request: SignedInRequest) -> HttpResponse:
+    people = get_user_model().objects.order_by("username").annotate(
         live_keys=Count("api_keys", filter=Q(api_keys__revoked_at=None))
     )
     tiers_of: dict[int, set[str]] = {}
@@ -194,11 +196,13 @@ def users(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 @sensitive_post_parameters("password1", "password2")
-def create_user(request: HttpRequest) -> HttpResponse:
+def create_user(request: SignedInRequest) -> HttpResponse:
     form = CreateUserForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        person = actions.create_user(_actor(request), data["username"], data["email"], data["is_staff"], form.password())
+        person = actions.create_user(
+            _actor(request), data["username"], data["email"], data["is_staff"], form.password()
+        )
         if person.has_usable_password():
             messages.success(request, f"Created {person}.")
             return redirect("staff-users")
@@ -209,7 +213,7 @@ def create_user(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 @sensitive_post_parameters("new_password1", "new_password2")
-def set_user_password(request: HttpRequest, username: str) -> HttpResponse:
+def set_user_password(request: SignedInRequest, username: str) -> HttpResponse:
     person = _get_member_for_user(request.user, username)
     form = SetPasswordForm(person, request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -221,7 +225,7 @@ def set_user_password(request: HttpRequest, username: str) -> HttpResponse:
 
 @staff_required
 @require_POST
-def set_user_tier(request: HttpRequest, username: str) -> HttpResponse:
+def set_user_tier(request: SignedInRequest, username: str) -> HttpResponse:
     person = _get_member_for_user(request.user, username)
     form = UserTierForm(request.POST)
     if not form.is_valid():
@@ -236,13 +240,13 @@ def set_user_tier(request: HttpRequest, username: str) -> HttpResponse:
 
 @staff_required
 @require_safe
-def tiers(request: HttpRequest) -> HttpResponse:
+def tiers(request: SignedInRequest) -> HttpResponse:
     rows = Tier.objects.annotate(live_keys=Count("api_keys", filter=Q(api_keys__revoked_at=None)))
     return render(request, "staff/tiers.html", {"tiers": rows})
 
 
 @staff_required
-def edit_tier(request: HttpRequest, name: str | None = None) -> HttpResponse:
+def edit_tier(request: SignedInRequest, name: str | None = None) -> HttpResponse:
     """Creates a tier without a name, edits the named one; new requests follow at once."""
     tier = _get_tier_for_user(request.user, name) if name else Tier()
     form = TierForm(request.POST or None, instance=tier)
@@ -258,8 +262,8 @@ def edit_tier(request: HttpRequest, name: str | None = None) -> HttpResponse:
 
 @staff_required
 @require_safe
-def replicas(request: HttpRequest) -> HttpResponse:
-    readings = {reading["name"]: reading for reading in async_to_sync(polling.latest)()}
+def replicas(request: SignedInRequest) -> HttpResponse:
+    readings = {reading["name"]: reading for reading in async_to_sync(polling.latest_readings)()}
     for reading in readings.values():
         reading["polled_at"] = dt.datetime.fromtimestamp(reading["taken_at"], tz=dt.UTC)
     rows = [(replica, readings.get(replica.name)) for replica in Replica.objects.prefetch_related("tiers")]
@@ -267,7 +271,7 @@ def replicas(request: HttpRequest) -> HttpResponse:
 
 
 @staff_required
-def add_replica(request: HttpRequest) -> HttpResponse:
+def add_replica(request: SignedInRequest) -> HttpResponse:
     form = ReplicaForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -283,7 +287,7 @@ def add_replica(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 @require_POST
-def replica_state(request: HttpRequest, name: str, state: str) -> HttpResponse:
+def replica_state(request: SignedInRequest, name: str, state: str) -> HttpResponse:
     if state not in REPLICA_STATES:
         raise Http404
     replica = _get_replica_for_user(request.user, name)
@@ -301,7 +305,7 @@ def replica_state(request: HttpRequest, name: str, state: str) -> HttpResponse:
 
 @staff_required
 @require_safe
-def alerts(request: HttpRequest) -> HttpResponse:
+def alerts(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/alerts.html", {
         "alerts": SaturationAlert.objects.select_related("acknowledged_by")[:200],
     })
@@ -309,7 +313,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 @require_POST
-def acknowledge_alert(request: HttpRequest, alert_id: int) -> HttpResponse:
+def acknowledge_alert(request: SignedInRequest, alert_id: int) -> HttpResponse:
     alert = actions.acknowledge(_actor(request), _get_alert_for_user(request.user, alert_id))
     messages.success(request, f"Acknowledged: {alert}.")
     return redirect("staff-alerts")
@@ -317,6 +321,6 @@ def acknowledge_alert(request: HttpRequest, alert_id: int) -> HttpResponse:
 
 @staff_required
 @require_safe
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: SignedInRequest) -> HttpResponse:
     page = Paginator(AuditEntry.objects.all(), AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "staff/audit.html", {"page": page})

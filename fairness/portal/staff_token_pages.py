@@ -7,8 +7,9 @@ Like a key's, a token's secret is rendered into exactly one response and goes no
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,14 +21,18 @@ from django.views.decorators.http import require_safe
 from fairness.models import AdminToken
 from fairness.portal import actions, submit_once
 from fairness.portal.forms import IssueAdminTokenForm
+from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.staff_pages import staff_required
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def _actor(request: HttpRequest) -> actions.Actor:
+
+def _actor(request: SignedInRequest) -> actions.Actor:
     return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
 
 
-def _get_token_for_user(user: AbstractBaseUser, prefix: str) -> AdminToken:
+def _get_token_for_user(user: User, prefix: str) -> AdminToken:
     # Behind staff_required already; repeated so the helper is safe wherever it is called.
     if not (user.is_active and user.is_staff):
         raise Http404
@@ -53,13 +58,13 @@ def _already_done(request: HttpRequest, made: str) -> HttpResponse:
 
 @staff_required
 @require_safe
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/tokens.html", {"tokens": AdminToken.objects.for_listing(), "now": timezone.now()})
 
 
 @staff_required
 @sensitive_variables("secret")
-def issue_token(request: HttpRequest) -> HttpResponse:
+def issue_token(request: SignedInRequest) -> HttpResponse:
     form = IssueAdminTokenForm(request.POST or None, issuer=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -78,7 +83,7 @@ def issue_token(request: HttpRequest) -> HttpResponse:
 
 
 @staff_required
-def revoke_token(request: HttpRequest, prefix: str) -> HttpResponse:
+def revoke_token(request: SignedInRequest, prefix: str) -> HttpResponse:
     token = _get_token_for_user(request.user, prefix)
     if token.revoked_at is not None:  # a second click, or a stale tab: nothing to do, nothing to audit
         messages.info(request, f"{token.prefix}… was already revoked.")

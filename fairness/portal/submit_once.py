@@ -13,8 +13,8 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fairness.store.redis_clients import redis_sync
 from fairness.store import keyspace
+from fairness.store.redis_clients import redis_sync
 
 # A form older than this is taken as new: long enough for any reload or retry.
 CLAIM_SECONDS = 24 * 3600

@@ -436,7 +436,7 @@ class Admission:
         if forgotten:
             await self._lane.execute(*(("SCRIPT", "LOAD", text) for _, text in self._scripts.values()))
             again = await self._lane.execute(*(commands[i] for i in forgotten))
-            for i, reply in zip(forgotten, again):
+            for i, reply in zip(forgotten, again, strict=True):
                 replies[i] = reply
         error = first_error(replies)
         if error is not None:

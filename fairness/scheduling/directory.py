@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class ReplicaInfo:
     id: int

@@ -39,9 +39,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from fairness.scheduling import health
+from fairness.scheduling.directory import ReplicaInfo
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane, first_error
-from fairness.scheduling.directory import ReplicaInfo
 
 log = logging.getLogger(__name__)
 

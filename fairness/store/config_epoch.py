@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import redis.asyncio
 
-from fairness.store.redis_clients import redis_sync
 from fairness.store import keyspace
+from fairness.store.redis_clients import redis_sync
 
 _UNSEEN = object()  # the first look always counts as a change
 

@@ -10,7 +10,7 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = (
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
     weakref.WeakKeyDictionary()
 )
 

@@ -64,7 +64,7 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
     return changes
 
 
-def _restore(raw: bytes | None) -> SaturationDetector:
+def _restore(raw: bytes | str | None) -> SaturationDetector:
     if raw:
         try:
             return SaturationDetector.from_state(json.loads(raw), **detector_settings())

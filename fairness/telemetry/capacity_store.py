@@ -15,6 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from fairness.models import EngineSample, Replica
+from fairness.scheduling.live_counts import text
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry.capacity_model import CapacityEstimate, Sample, estimate_capacity
@@ -34,8 +35,9 @@ def samples_by_model(since: dt.datetime) -> dict[str, list[Sample]]:
         polls[(model_of[row.replica_id], row.taken_at)].append(row)
     found: dict[str, list[Sample]] = defaultdict(list)
     for (model, _), members in polls.items():
-        if len(members) == replicas_of[model] and all(m.healthy and m.generation_tps is not None for m in members):
-            found[model].append(Sample(sum(m.running for m in members), sum(m.generation_tps for m in members)))
+        rates = [m.generation_tps for m in members if m.healthy and m.generation_tps is not None]
+        if len(members) == replicas_of[model] and len(rates) == len(members):
+            found[model].append(Sample(sum(m.running for m in members), sum(rates)))
     return found
 
 
@@ -62,6 +64,6 @@ async def refit_and_publish() -> dict[str, CapacityEstimate | None]:
 async def read_estimates() -> dict[str, CapacityEstimate | None]:
     raw = await redis_async().hgetall(keyspace.CAPACITY_ESTIMATES)
     return {
-        model.decode(): CapacityEstimate(**json.loads(value)) if value else None
+        text(model): CapacityEstimate(**json.loads(value)) if value else None
         for model, value in raw.items()
     }

@@ -32,7 +32,8 @@ from prometheus_client.utils import floatToGoString
 
 from fairness.gateway.accounting import WAIT_BUCKETS
 from fairness.models import Tier
-from fairness.scheduling.admission import Stats, admission_stats
+from fairness.scheduling.admission import admission_stats
+from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
 

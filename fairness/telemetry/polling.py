@@ -26,6 +26,7 @@ from fairness.gateway.replica_rows import load_directory
 from fairness.models import EngineSample
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.directory import ReplicaInfo
+from fairness.scheduling.live_counts import text
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry.metrics_parser import MetricsParseError, Rates, Snapshot, parse_metrics, rates_between
@@ -119,7 +120,7 @@ async def poll_once(clock: Callable[[], float] = time.time) -> Poll:
                 pipe.set(keyspace.telemetry_snapshot(replica_name), json.dumps(dataclasses.asdict(reading.snapshot)))
             pipe.hset(keyspace.TELEMETRY_LATEST, replica_name, json.dumps(reading.summary(share[replica_name])))
         known = {r.name for r in directory.all}
-        stale = [name for name in await client.hkeys(keyspace.TELEMETRY_LATEST) if name.decode() not in known]
+        stale = [name for name in await client.hkeys(keyspace.TELEMETRY_LATEST) if text(name) not in known]
         if stale:
             pipe.hdel(keyspace.TELEMETRY_LATEST, *stale)
         await pipe.execute()
@@ -138,7 +139,9 @@ def _queued_share(readings: list[Reading], queued: dict[str, float]) -> dict[str
 
 
 def _store_samples(readings: list[Reading], share: dict[str, float]) -> None:
-    at = dt.datetime.fromtimestamp(readings[0].taken_at, tz=dt.UTC) if readings else None
+    if not readings:
+        return
+    at = dt.datetime.fromtimestamp(readings[0].taken_at, tz=dt.UTC)
     EngineSample.objects.bulk_create(
         EngineSample(
             replica_id=r.replica.id,

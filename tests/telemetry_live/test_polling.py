@@ -23,7 +23,7 @@ def test_a_poll_stores_the_latest_reading_and_a_sample_with_rates(engine):
     reading = second.readings[0]
     assert reading.snapshot.running == 3
     assert reading.rates.generation_tokens_per_s > 0
-    latest = run(polling.latest)
+    latest = run(polling.latest_readings)
     assert latest[0]["name"] == "sim-cap" and latest[0]["running"] == 3
     assert EngineSample.objects.filter(replica__name="sim-cap").count() == 3
 

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         children: list[subprocess.Popen] = []
 
         def start(name: str, command: list[str], env: dict[str, str] | None = None) -> None:
-            log = open(log_dir / f"{name}.log", "ab")
+            log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115  (the child writes to it until stopped)
             children.append(subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, **(env or {})},

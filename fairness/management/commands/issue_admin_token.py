@@ -1,12 +1,14 @@
+from typing import cast
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
-from fairness.portal.keys import expiry_in_days
-from fairness.models import AdminToken
 from fairness.management.audited import AuditedCommand
+from fairness.models import AdminToken
 from fairness.portal import actions
+from fairness.portal.keys import expiry_in_days
 
-LABEL_MAX = AdminToken._meta.get_field("label").max_length
+LABEL_MAX = cast(int, AdminToken._meta.get_field("label").max_length)  # a CharField's: always set
 
 
 class Command(AuditedCommand):

@@ -1,14 +1,17 @@
+from typing import cast
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.db.models import Field
 
-from fairness.portal.keys import expiry_in_days
 from fairness.management.audited import AuditedCommand
 from fairness.models import ApiKey, Tier
 from fairness.portal import actions
+from fairness.portal.keys import expiry_in_days
 
-LABEL_MAX = ApiKey._meta.get_field("label").max_length
+LABEL_MAX = cast(int, ApiKey._meta.get_field("label").max_length)  # a CharField's: always set
 
 
 class Command(AuditedCommand):
@@ -41,12 +44,12 @@ class Command(AuditedCommand):
                                "to create them.")
         if created:
             try:
-                User._meta.get_field(User.USERNAME_FIELD).run_validators(user)
+                cast(Field, User._meta.get_field(User.USERNAME_FIELD)).run_validators(user)  # a concrete field
             except ValidationError as exc:
                 raise CommandError(f"--user: {' '.join(exc.messages)}") from None
         actor = self.actor()
         with transaction.atomic():  # no new user without the key it was created for
-            if created:
+            if owner is None:  # created
                 owner = actions.create_user(actor, user)
             key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days))
         if created:

@@ -2,8 +2,8 @@ from django.core.management.base import CommandError
 from django.db.models import Q
 
 from fairness.gateway.api_keys import hash_secret
-from fairness.models import AdminToken
 from fairness.management.audited import AuditedCommand
+from fairness.models import AdminToken
 from fairness.portal import actions
 
 
