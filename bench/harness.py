@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -144,6 +145,8 @@ def setup_django(redis_url: str | None = None) -> _Workspace:
     os.environ["REDIS_URL"] = workspace.redis_url
     os.environ["CELERY_BROKER_URL"] = workspace.redis_url
     os.environ["DJANGO_SETTINGS_MODULE"] = "gpuportal.settings"
+    # The settings refuse to start without a key; a throwaway one fits a throwaway database.
+    os.environ.setdefault("SECRET_KEY", secrets.token_hex(32))
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
                    cwd=ROOT, check=True)
     import django

@@ -14,9 +14,13 @@ class Faults:
     health_fail: bool = False  # /health answers 503
     error_500: bool = False  # completions answer 500
     stall: bool = False  # completions accept the request and never send a byte
+    # Completions whose body contains this text answer 500 ("": off): one poisoned request
+    # failing while everyone else's succeed.
+    error_500_marker: str = ""
 
-    def as_dict(self) -> dict[str, bool]:
-        return {"health_fail": self.health_fail, "error_500": self.error_500, "stall": self.stall}
+    def as_dict(self) -> dict[str, bool | str]:
+        return {"health_fail": self.health_fail, "error_500": self.error_500, "stall": self.stall,
+                "error_500_marker": self.error_500_marker}
 
 
 @dataclass
@@ -94,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--fail-health", action="store_true", help="start with /health answering 503")
     add("--error-500", action="store_true", help="start with completions answering 500")
     add("--stall", action="store_true", help="start with completions never answering")
+    add("--error-500-marker", default="", metavar="TEXT",
+        help="completions whose body contains TEXT answer 500")
     add("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -119,7 +125,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         api_key=ns.api_key,
         default_max_tokens=ns.default_max_tokens,
         log_level=ns.log_level,
-        faults=Faults(health_fail=ns.fail_health, error_500=ns.error_500, stall=ns.stall),
+        faults=Faults(health_fail=ns.fail_health, error_500=ns.error_500, stall=ns.stall,
+                      error_500_marker=ns.error_500_marker),
     )
     try:
         config.validate()

@@ -83,13 +83,14 @@ class EngineSimProcess:
         return result
 
     def requests(self) -> list[dict[str, Any]]:
-        """The request log since the last reset_peak(): user, priority, arrived, ended."""
+        """The request log since the last reset_peak(): user, priority, cache_salt, arrived, ended."""
         result: list[dict[str, Any]] = self._request("GET", "/sim/requests")
         return result
 
-    def set_faults(self, **switches: bool) -> dict[str, bool]:
-        """E.g. ``set_faults(health_fail=True)``; unnamed switches keep their value."""
-        result: dict[str, bool] = self._request("POST", "/sim/faults", switches)
+    def set_faults(self, **switches: bool | str) -> dict[str, bool | str]:
+        """E.g. ``set_faults(health_fail=True)`` or ``set_faults(error_500_marker="boom")``;
+        unnamed switches keep their value."""
+        result: dict[str, bool | str] = self._request("POST", "/sim/faults", switches)
         return result
 
     def metrics_text(self) -> str:

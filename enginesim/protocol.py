@@ -67,6 +67,7 @@ class CompletionRequest:
     priority: int
     seed: int
     user: str = ""  # the OpenAI `user` field: tests tell callers apart by it in /sim/requests
+    cache_salt: str = ""  # vLLM's: cached prefixes are shared only between equal salts
 
 
 def _int_field(data: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -163,8 +164,12 @@ def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionReque
     seed = prompt_seed(units)
     target = max_tokens if _bool_field(data, "ignore_eos") else natural_length(seed, max_tokens, min_tokens)
     user = data.get("user")
+    salt = data.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise bad_request("Parameter 'cache_salt' must be a non-empty string if provided.")
     return CompletionRequest(chat, units, prompt_tokens, max_tokens, target, stream,
-                             include_usage, priority, seed, user if isinstance(user, str) else "")
+                             include_usage, priority, seed, user if isinstance(user, str) else "",
+                             cache_salt=salt or "")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

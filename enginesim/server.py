@@ -193,7 +193,8 @@ class EngineSimApp:
         await respond(send, 200, dumps(self.stats()))
 
     async def _requests(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Every timed request since the last reset: user, priority, arrival, end (monotonic)."""
+        """Every timed request since the last reset: user, priority, cache salt, arrival, end
+        (monotonic)."""
         await respond(send, 200, dumps(list(self.request_log)))
 
     async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -209,6 +210,10 @@ class EngineSimApp:
                     if not isinstance(data[name], bool):
                         raise ValueError(f"{name} must be a boolean")
                     setattr(self.faults, name, data[name])
+            if "error_500_marker" in data:
+                if not isinstance(data["error_500_marker"], str):
+                    raise ValueError("error_500_marker must be a string")
+                self.faults.error_500_marker = data["error_500_marker"]
         except ValueError as exc:
             await respond(send, 400, error_body(400, str(exc), "BadRequestError"))
             return
@@ -227,7 +232,8 @@ class EngineSimApp:
         if self.faults.stall:
             await until_disconnect(receive)
             return
-        if self.faults.error_500:
+        marker = self.faults.error_500_marker
+        if self.faults.error_500 or (marker and marker.encode() in body):
             await respond(send, 500, error_body(500, "Simulated engine failure",
                                                 "InternalServerError"))
             return
@@ -264,7 +270,7 @@ class EngineSimApp:
                      receive: Receive, send: Send) -> None:
         seq = Sequence(
             prompt_len=request.prompt_tokens,
-            block_hashes=(block_hashes(request.units, self.config.block_size)
+            block_hashes=(block_hashes(request.units, self.config.block_size, request.cache_salt)
                           if self.config.enable_prefix_caching else []),
             max_tokens=request.max_tokens,
             target_tokens=request.target_tokens,
@@ -272,8 +278,8 @@ class EngineSimApp:
             stream=request.stream,
         )
         engine.submit(seq)
-        entry = {"user": request.user, "priority": request.priority, "arrived": seq.arrival,
-                 "ended": None, "outcome": None}
+        entry = {"user": request.user, "priority": request.priority, "cache_salt": request.cache_salt,
+                 "arrived": seq.arrival, "ended": None, "outcome": None}
         self.request_log.append(entry)
         watcher = asyncio.ensure_future(receive())
         watcher.add_done_callback(lambda _: engine.abort(seq))

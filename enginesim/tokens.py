@@ -58,10 +58,12 @@ def count_tokens(units: bytes) -> int:
     return max(1, len(units) // BYTES_PER_TOKEN)
 
 
-def block_hashes(units: bytes, block_size: int) -> list[int]:
-    """Chained hashes of the full blocks of the prompt (a partial last block is not cached)."""
+def block_hashes(units: bytes, block_size: int, salt: str = "") -> list[int]:
+    """Chained hashes of the full blocks of the prompt (a partial last block is not cached).
+    A salt enters the first block's hash, as vLLM's `cache_salt` does, so prompts with
+    different salts share no cached block."""
     step = block_size * BYTES_PER_TOKEN
-    parent = 0
+    parent = hash(("cache_salt", salt)) if salt else 0
     hashes: list[int] = []
     for start in range(0, len(units) - step + 1, step):
         # Python's hash is salted per process; the cache lives in one process, so that is fine.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -37,6 +38,12 @@ class Tier(models.Model):
         default=False,
         help_text="May exceed its caps with idle engine slots while nobody else is waiting.",
     )
+    isolate_prefix_cache = models.BooleanField(
+        default=False,
+        help_text="Cached prompt prefixes are reused only within one user's requests (vLLM's "
+        "cache_salt), so no user can time another's prompts; shared system prompts are then "
+        "prefilled once per user.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -57,6 +64,8 @@ class Tier(models.Model):
             parts.append(f"{self.pool_concurrency} in total across all {self.name} keys")
         if self.head_start_seconds:
             parts.append(f"goes ahead of requests that have waited up to {self.head_start_seconds:g} s")
+        if self.isolate_prefix_cache:
+            parts.append("each user's cached prompts kept apart from other users'")
         return "; ".join(parts)
 
 
@@ -89,6 +98,26 @@ class ApiKey(models.Model):
             self.save(update_fields=["revoked_at"])
 
 
+def validate_engine_url(value: str) -> None:
+    """An engine's base URL: http or https to a host, nothing a request could smuggle along
+    (credentials, a query, a fragment)."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # an unclosed [IPv6] bracket, say: the URL validator names it
+        return
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValidationError("Use an http:// or https:// address.", code="scheme")
+    if "@" in parts.netloc:
+        raise ValidationError(
+            "Put no user name or password in the address; the engine's key goes in its own field.",
+            code="userinfo",
+        )
+    if parts.query or "?" in value:
+        raise ValidationError("Leave out the query (?…): the gateway adds the request path.", code="query")
+    if parts.fragment or "#" in value:
+        raise ValidationError("Leave out the fragment (#…).", code="fragment")
+
+
 class Replica(models.Model):
     """One inference engine the gateway forwards to."""
 
@@ -103,7 +132,9 @@ class Replica(models.Model):
         PRIORITY = "priority", "priority"
 
     name = models.SlugField(max_length=60, unique=True)
-    base_url = models.URLField(help_text="Without /v1, e.g. http://10.0.0.5:8000")
+    base_url = models.URLField(
+        validators=[validate_engine_url], help_text="Without /v1, e.g. http://10.0.0.5:8000"
+    )
     model = models.CharField(
         max_length=200,
         validators=[RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")],
@@ -116,7 +147,14 @@ class Replica(models.Model):
     draining = models.BooleanField(
         default=False, help_text="Finish what is in flight, take nothing new (before maintenance)."
     )
-    api_key = models.CharField(max_length=200, blank=True, help_text="The engine's own key, if any.")
+    api_key = models.CharField(
+        max_length=200,
+        blank=True,
+        # Sent in a header: a line break would let it add headers of its own.
+        validators=[RegexValidator(r"[\x00-\x1f\x7f]", "The engine key cannot contain control characters "
+                                   "(line breaks, tabs and the like).", inverse_match=True)],
+        help_text="The engine's own key, if any.",
+    )
     tiers = models.ManyToManyField(
         Tier,
         blank=True,
@@ -185,6 +223,8 @@ class SaturationAlert(models.Model):
     class Kind(models.TextChoices):
         QUEUE = "queue", "queue persistently full"
         KV = "kv", "KV cache persistently full"
+        # Not about an engine: the gateway's usage backlog hit GP_USAGE_BACKLOG_MAX (staff only).
+        USAGE = "usage", "usage events dropped"
 
     model = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=Kind.choices)
@@ -213,6 +253,12 @@ class SaturationAlert(models.Model):
                 f"{figures.get('waiting', 0):g} requests waiting for {figures.get('running', 0):g} running "
                 f"({figures.get('ratio', 0):.1f}×): the card is saturated. Fairness only rations a "
                 "shortage; adding capacity or capping demand is the decision to make."
+            )
+        if self.kind == self.Kind.USAGE:
+            return (
+                f"{figures.get('dropped', 0):g} usage events dropped: the queue the Celery worker "
+                f"drains reached its cap ({figures.get('backlog_max', 0):g}). Is the worker running? "
+                "The usage pages miss those requests."
             )
         return f"KV cache {100 * (figures.get('kv_usage') or 0):.0f}% full for a sustained period."
 

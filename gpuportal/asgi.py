@@ -1,16 +1,21 @@
 """The ASGI entry point. /v1/ (the OpenAI-compatible proxy) goes straight to the gateway's lean
 adapter (fairness/gateway/asgi.py), which also owns the lifespan; the pages get Django's full
-request cycle."""
+request cycle, behind a cap on the request body's size (fairness/portal/body_limit.py)."""
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 
-pages = get_asgi_application()
+django_pages = get_asgi_application()
 
 from fairness.gateway.asgi import PREFIX, GatewayApp  # noqa: E402  (needs the apps loaded above)
+from fairness.portal.body_limit import limit_body  # noqa: E402
+
+# Django reads (and spools to disk) a whole body before any view can refuse it: cap it first.
+pages = limit_body(django_pages, settings.GP_MAX_PAGE_BODY_BYTES)
 
 gateway = GatewayApp()
 

@@ -57,9 +57,12 @@ def envlist(name: str, default: str) -> list[str]:
 DEBUG = envbool("DEBUG", False)
 SECRET_KEY = envstr("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and envbool("GP_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    # A fixed development key keeps sessions valid across restarts of the demo.
+    if not DEBUG:
+        # The development key below is public: anyone could forge sessions signed with it.
+        raise ImproperlyConfigured(
+            "Set SECRET_KEY (or SECRET_KEY_FILE, a file holding it), e.g. from "
+            "`openssl rand -hex 32`; only DEBUG=true runs with the public development key."
+        )
     SECRET_KEY = "gpuportal-insecure-development-key-change-me"
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
@@ -71,11 +74,14 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Listed so /api/docs serves Swagger UI from ninja's own static files, not from a CDN.
+    "ninja",
     "fairness",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "fairness.portal.middleware.content_security_policy",
     "fairness.portal.middleware.refuse_nul",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -115,6 +121,9 @@ DATABASES = {
         conn_max_age=envint("DB_CONN_MAX_AGE", 0),
     )
 }
+# The password apart from the URL, so it can come from a file (a Docker secret) like the others.
+if envstr("DATABASE_PASSWORD", ""):
+    DATABASES["default"]["PASSWORD"] = envstr("DATABASE_PASSWORD", "")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     (BASE_DIR / "var").mkdir(exist_ok=True)
     # Several processes (gateway, worker, tests) share one file: wait for locks.
@@ -157,8 +166,24 @@ STATICFILES_DIRS = [
 # without a collectstatic step.
 WHITENOISE_USE_FINDERS = True
 
+# Behind HTTPS (SECURITY.md): cookies only over it, HSTS, and the proxy's word on the scheme.
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", False)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+# Only behind a proxy that sets X-Forwarded-Proto itself (and strips a client's): anyone who can
+# reach the portal directly could otherwise claim HTTPS.
+if envbool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Scripts and styles from our own static files only: no inline script anywhere, no CDN. Styles
+# allow 'unsafe-inline' because Plotly and Swagger UI set style attributes on what they draw.
+GP_CONTENT_SECURITY_POLICY = envstr(
+    "GP_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -175,8 +200,22 @@ CELERY_BEAT_SCHEDULE = {
 # The gateway
 GP_MAX_BODY_BYTES = envint("GP_MAX_BODY_BYTES", 4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GP_MAX_BODY_BYTES
+# Request bodies to the pages (everything outside /v1/) above this get 413 before Django reads
+# them (gpuportal/asgi.py): Django would spool any size to a temporary file first. No page or
+# admin API call sends more than a few KiB.
+GP_MAX_PAGE_BODY_BYTES = envint("GP_MAX_PAGE_BODY_BYTES", 2 * 1024 * 1024)
 GP_UPSTREAM_CONNECT_TIMEOUT = envfloat("GP_UPSTREAM_CONNECT_TIMEOUT", 5.0)
 GP_UPSTREAM_READ_TIMEOUT = envfloat("GP_UPSTREAM_READ_TIMEOUT", 300.0)
+# A non-streaming engine answer read whole is refused (502) beyond this; streams are relayed
+# piece by piece and never held whole.
+GP_MAX_ENGINE_RESPONSE_BYTES = envint("GP_MAX_ENGINE_RESPONSE_BYTES", 64 * 1024 * 1024)
+# Slow or silent clients: a request's headers must arrive within the header timeout of the
+# connection opening (or of the previous response), and at most GP_CLIENT_MAX_HEADER_BYTES of them
+# (431 beyond; fairness/gateway/http_server.py); a /v1 body must arrive whole within the body
+# timeout of its key being checked (408 beyond).
+GP_CLIENT_HEADER_TIMEOUT_SECONDS = envfloat("GP_CLIENT_HEADER_TIMEOUT_SECONDS", 10.0)
+GP_CLIENT_MAX_HEADER_BYTES = envint("GP_CLIENT_MAX_HEADER_BYTES", 64 * 1024)
+GP_CLIENT_BODY_TIMEOUT_SECONDS = envfloat("GP_CLIENT_BODY_TIMEOUT_SECONDS", 30.0)
 GP_KEY_CACHE_SECONDS = envfloat("GP_KEY_CACHE_SECONDS", 60.0)
 GP_AUTH_EPOCH_CHECK_SECONDS = envfloat("GP_AUTH_EPOCH_CHECK_SECONDS", 0.5)
 GP_LEASE_TTL_SECONDS = envfloat("GP_LEASE_TTL_SECONDS", 30.0)
@@ -196,6 +235,10 @@ GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 
+# Usage events waiting in Redis for the flush task beyond this many are dropped, oldest first,
+# and counted (gpuportal_usage_events_dropped_total, and an alert): without a worker the list
+# would otherwise grow until Redis runs out of memory. About 0.5 KB each.
+GP_USAGE_BACKLOG_MAX = envint("GP_USAGE_BACKLOG_MAX", 1_000_000)
 # Usage: raw per-request records, and the hourly rows the pages read
 GP_USAGE_RECORDS_DAYS = envfloat("GP_USAGE_RECORDS_DAYS", 30.0)
 GP_USAGE_HOURLY_DAYS = envfloat("GP_USAGE_HOURLY_DAYS", 400.0)

@@ -88,6 +88,8 @@ def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
         "GP_AUTH_EPOCH_CHECK_SECONDS": "0",
         "GP_HEALTH_INTERVAL_SECONDS": "0.5",
         "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
+        # Production settings refuse to start without one (tests/settings.py sets ours).
+        "SECRET_KEY": settings.SECRET_KEY,
         **extra,
     }
 
@@ -167,7 +169,7 @@ def sim() -> Iterator[EngineSimProcess]:
 def replica(sim: EngineSimProcess, gateway):
     from fairness.models import Replica
 
-    sim.set_faults(health_fail=False, error_500=False, stall=False)
+    sim.set_faults(health_fail=False, error_500=False, stall=False, error_500_marker="")
     return Replica.objects.create(name="sim-a", base_url=sim.url, model=MODEL, max_num_seqs=8)
 
 

@@ -37,6 +37,10 @@ class GatewayProcess:
             sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
             "--no-access-log", "--lifespan", "on",
+            # As in production (README, "In production"): header deadline and size limit, a cap on
+            # connections, idle keep-alive connections closed.
+            "--http", "fairness.gateway.http_server:GatewayHttpProtocol",
+            "--limit-concurrency", "1024", "--timeout-keep-alive", "5",
         ]
         if workers > 1:
             command += ["--workers", str(workers)]

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import NotRequired, TypedDict
 
+from django.conf import settings
 from prometheus_client import utils as prometheus_utils
 
 from fairness.store import keyspace
@@ -27,6 +28,7 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 # Counter fields, "|"-separated (tier and replica names are slugs, so never contain one):
 #   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
 #   rej|tier|reason            uperr|replica
+#   usage|pushed   usage|drained   (the usage backlog's books: see usage_commands)
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -49,9 +51,38 @@ class UsageEvent(TypedDict):
     at: float
 
 
+USAGE_PUSHED = "usage|pushed"
+USAGE_DRAINED = "usage|drained"
+
+
 def usage_record(event: UsageEvent) -> Command:
     """Queue the event for the flush task."""
     return ("RPUSH", keyspace.USAGE_EVENTS, json.dumps(event))
+
+
+def usage_commands(event: UsageEvent, backlog_max: int) -> list[Command]:
+    """Queue the event, keeping only the newest `backlog_max` (with no worker draining them the
+    list would grow until Redis runs out of memory), and count it pushed.
+
+    The drops are counted without Lua and without waiting for a reply: each push adds to
+    `usage|pushed`, and the flush task adds what it takes off the list to `usage|drained`, each
+    in one MULTI with its change to the list. An event neither drained nor still queued was
+    dropped, so dropped = pushed - drained - queued (`dropped_events`), exact whenever the three
+    are read in one MULTI (telemetry/usage.py), however the trims and flushes interleave. (Events
+    queued before this bookkeeping existed count as drained without having been pushed: the
+    first that many drops after an upgrade go uncounted.)"""
+    return [
+        ("MULTI",),
+        usage_record(event),
+        ("LTRIM", keyspace.USAGE_EVENTS, -max(1, backlog_max), -1),
+        ("HINCRBY", keyspace.GATEWAY_COUNTERS, USAGE_PUSHED, 1),
+        ("EXEC",),
+    ]
+
+
+def dropped_events(pushed: int, drained: int, queued: int) -> int:
+    """Events pushed that were neither drained into the database nor are still queued."""
+    return max(0, pushed - drained - queued)
 
 
 def counter_increments(
@@ -91,4 +122,7 @@ def counter_commands(event: UsageEvent, *, admitted: bool, refusal: str | None) 
 
 def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
     """Everything a finished request records: its usage event and its counter bumps."""
-    return [usage_record(event), *counter_commands(event, admitted=admitted, refusal=refusal)]
+    return [
+        *usage_commands(event, settings.GP_USAGE_BACKLOG_MAX),
+        *counter_commands(event, admitted=admitted, refusal=refusal),
+    ]

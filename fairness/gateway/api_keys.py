@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -33,6 +33,7 @@ class TierPolicy:
     max_queued_per_key: int
     engine_priority: int
     borrow_idle_slots: bool
+    isolate_prefix_cache: bool
 
     @classmethod
     def of(cls, tier: Tier) -> TierPolicy:
@@ -45,6 +46,7 @@ class TierPolicy:
             max_queued_per_key=tier.max_queued_per_key,
             engine_priority=tier.engine_priority,
             borrow_idle_slots=tier.borrow_idle_slots,
+            isolate_prefix_cache=tier.isolate_prefix_cache,
         )
 
 
@@ -58,6 +60,10 @@ class KeyInfo:
     tier: TierPolicy
     expires_at: float | None
     revoked: bool
+    owner_active: bool  # a deactivated user's keys stop with them
+
+
+Loader = Callable[[str], Awaitable[KeyInfo | None]]  # secret hash → the key, None if unknown
 
 
 def parse_bearer(header: str | None) -> str:
@@ -82,7 +88,7 @@ def parse_bearer(header: str | None) -> str:
 def _load(secret_hash: str) -> KeyInfo | None:
     # No request cycle closes this thread's connection on the gateway: check it here.
     close_old_connections()
-    key = ApiKey.objects.select_related("tier").filter(secret_hash=secret_hash).first()
+    key = ApiKey.objects.select_related("tier", "owner").filter(secret_hash=secret_hash).first()
     if key is None:
         return None
     return KeyInfo(
@@ -92,36 +98,50 @@ def _load(secret_hash: str) -> KeyInfo | None:
         tier=TierPolicy.of(key.tier),
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
+        owner_active=key.owner.is_active,
     )
 
 
 class KeyCache:
-    """Secret hash → KeyInfo (or None for unknown keys), kept until the config epoch changes."""
+    """Secret hash → KeyInfo (or None for unknown keys), kept until the config epoch changes.
+
+    A lookup that was under way when the cache was cleared may have read the row before the
+    change that cleared it (a revocation committing meanwhile): its answer serves the request
+    that asked, but is not kept, or the revoked key would live on for a whole TTL."""
 
     MAX_ENTRIES = 50_000  # unknown keys are cached too, so bound what a key-guessing client can fill
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl: float, clock: Callable[[], float] = time.monotonic, loader: Loader = _load
+    ) -> None:
         self.ttl = ttl
         self.clock = clock
+        self.loader = loader
         self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
+        self._generation = 0  # counts clear()s: a lookup that saw one is stale
 
     def clear(self) -> None:
         self._entries.clear()
+        self._generation += 1
 
     async def authenticate(self, authorization: str | None) -> KeyInfo:
         secret_hash = hash_secret(parse_bearer(authorization))
         now = self.clock()
         cached = self._entries.get(secret_hash)
         if cached is None or now - cached[0] > self.ttl:
-            if len(self._entries) >= self.MAX_ENTRIES:
-                self._entries.clear()
-            cached = (now, await _load(secret_hash))
-            self._entries[secret_hash] = cached
+            generation = self._generation
+            cached = (now, await self.loader(secret_hash))
+            if generation == self._generation:  # not cleared while it loaded: still current
+                if len(self._entries) >= self.MAX_ENTRIES:
+                    self._entries.clear()
+                self._entries[secret_hash] = cached
         info = cached[1]
         if info is None:
             raise ApiError(401, "Invalid API key.", "invalid_api_key")
         if info.revoked:
             raise ApiError(401, "This API key has been revoked.", "revoked_api_key")
+        if not info.owner_active:
+            raise ApiError(401, "The owner of this API key has been deactivated.", "owner_inactive")
         if info.expires_at is not None and info.expires_at <= time.time():
             raise ApiError(401, "This API key has expired.", "expired_api_key")
         return info

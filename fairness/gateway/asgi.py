@@ -1,11 +1,17 @@
-"""The ASGI front of /v1/: the one route table, the one body-size check, the one request id.
+"""The ASGI front of /v1/: the one route table, the key checked before the body is read, the one
+body-size check and body timeout, the one request id.
 
 Django's ASGI handler wraps every request in a thread-sensitive context and runs the
 request_started / request_finished signals and response.close() through sync_to_async, which
 means a fresh worker thread and several thread hops per request. None of that serves the
 proxy: it has no middleware, sessions or templates, and its own code is async. So /v1/ gets this
-small adapter instead: it reads the body (stopping at the size limit), calls the view with the
-process's runtime, sends the response, and cancels the view when the client disconnects.
+small adapter instead: it checks the key from the headers, reads the body (stopping at the size
+limit and the body timeout), calls the view with the process's runtime, sends the response, and
+cancels the view when the client disconnects.
+
+The key comes first: a caller without a valid one gets its 401 having cost the gateway its
+headers and, for an unknown key, one cached lookup, never its body (which the server then reads
+and drops, so the connection stays usable; see http_server.py for what bounds that).
 
 It also answers the ASGI lifespan: the runtime is made at start-up and closed at shutdown.
 On SIGTERM the server stops accepting connections and waits for the requests in flight; this
@@ -46,7 +52,7 @@ ROUTES: dict[str, View] = {
 }
 
 
-class _TooLarge(Exception):
+class _BodyTimedOut(Exception):
     pass
 
 
@@ -120,28 +126,25 @@ class GatewayApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         request_id = "req-" + uuid.uuid4().hex
+        view = ROUTES.get(scope["path"].rstrip("/") or "/")
         try:
-            body = await _read_body(receive)
-        except _TooLarge:
-            limit = settings.GP_MAX_BODY_BYTES
+            if view is None:
+                raise ApiError(404, f"Unknown endpoint {scope['path']}.", "unknown_url")
+            request = await self._read_request(scope, receive, request_id)
+        except _BodyTimedOut:
+            timeout = settings.GP_CLIENT_BODY_TIMEOUT_SECONDS
             error = ApiError(
-                413, f"The request body exceeds the limit of {limit} bytes.", "request_too_large"
+                408, f"The request body did not arrive within {timeout:g} s.", "request_timeout"
             )
-            await _send_response(error.response(), send, request_id)
+            # The rest of the body may never come: the connection cannot carry another request.
+            await _send_response(error.response(), send, request_id, close=True)
             return
-        if body is None:
+        except Exception as exc:
+            await _send_response(_failure(exc, request_id), send, request_id)
+            return
+        if request is None:
             return  # gone before we could answer
-        request = GatewayRequest(
-            method=scope["method"],
-            path=scope["path"],
-            headers={
-                name.decode("latin-1").lower(): value.decode("latin-1")
-                for name, value in reversed(scope["headers"])  # the first of repeats wins
-            },
-            body=body,
-            request_id=request_id,
-        )
-        answering = asyncio.ensure_future(self._answer(request, send))
+        answering = asyncio.ensure_future(self._answer(view, request, send))
         watching = asyncio.ensure_future(_until_disconnect(receive))
         self._requests.add(answering)
         answering.add_done_callback(self._requests.discard)
@@ -157,10 +160,29 @@ class GatewayApp:
                     except Exception:
                         log.exception("proxy request %s failed", request_id)
 
-    async def _answer(self, request: GatewayRequest, send: Send) -> None:
+    async def _read_request(
+        self, scope: dict[str, Any], receive: Receive, request_id: str
+    ) -> GatewayRequest | None:
+        """The request, its key checked before its body is read; None if the client left."""
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in reversed(scope["headers"])  # the first of repeats wins
+        }
+        runtime = self._runtime()
+        directory = await runtime.refresh()  # a changed config epoch clears the key cache first
+        key = await runtime.keys.authenticate(headers.get("authorization"))
+        body = await _read_body(receive, headers.get("content-length"))
+        if body is None:
+            return None
+        return GatewayRequest(
+            method=scope["method"], path=scope["path"], headers=headers, body=body,
+            request_id=request_id, key=key, directory=directory,
+        )  # fmt: skip
+
+    async def _answer(self, view: View, request: GatewayRequest, send: Send) -> None:
         tracked = _TrackedSend(send)
         try:
-            await _send_response(await self._respond(request), tracked, request.request_id)
+            await _send_response(await self._respond(view, request), tracked, request.request_id)
         except asyncio.CancelledError:
             if not self._cutting_off:
                 raise  # the client left: there is nobody to answer
@@ -176,47 +198,63 @@ class GatewayApp:
             elif tracked.streaming:
                 await send({"type": "http.response.body", "body": error.sse_event()})
 
-    async def _respond(self, request: GatewayRequest) -> HttpResponseBase:
+    async def _respond(self, view: View, request: GatewayRequest) -> HttpResponseBase:
         """The view's answer; every failure becomes an OpenAI-shaped error."""
-        view = ROUTES.get(request.path.rstrip("/") or "/")
         try:
-            if view is None:
-                raise ApiError(404, f"Unknown endpoint {request.path}.", "unknown_url")
             return await view(request, self._runtime())
-        except ApiError as exc:
-            return exc.response()
-        except redis.exceptions.RedisError:
-            log.exception("redis unavailable")
-            return ApiError(
-                503, "The gateway's state store is unavailable; try again shortly.",
-                "store_unavailable", retry_after=5,
-            ).response()  # fmt: skip
-        except Exception:
-            log.exception("unexpected gateway error for %s", request.request_id)
-            return ApiError(
-                502, "The gateway failed to handle this request.", "gateway_error"
-            ).response()
+        except Exception as exc:
+            return _failure(exc, request.request_id)
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole body, None if the client left first; _TooLarge past the limit."""
+def _failure(exc: Exception, request_id: str) -> HttpResponse:
+    """The OpenAI-shaped answer to an exception raised while handling a request (call it from
+    the except block: it logs the traceback of what was unexpected)."""
+    if isinstance(exc, ApiError):
+        return exc.response()
+    if isinstance(exc, redis.exceptions.RedisError):
+        log.exception("redis unavailable")
+        return ApiError(
+            503, "The gateway's state store is unavailable; try again shortly.",
+            "store_unavailable", retry_after=5,
+        ).response()  # fmt: skip
+    log.exception("unexpected gateway error for %s", request_id)
+    return ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
+
+
+async def _read_body(receive: Receive, content_length: str | None) -> bytes | None:
+    """The whole body, None if the client left first. 413 past the size limit (at once when the
+    declared length is past it), _BodyTimedOut when it is not whole within the body timeout."""
     limit = settings.GP_MAX_BODY_BYTES
+    if content_length is not None and content_length.isdigit() and int(content_length) > limit:
+        raise _too_large(limit)
     chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        async with asyncio.timeout(settings.GP_CLIENT_BODY_TIMEOUT_SECONDS):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise _BodyTimedOut from None
 
 
-async def _send_response(response: HttpResponseBase, send: Send, request_id: str) -> None:
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"The request body exceeds the limit of {limit} bytes.", "request_too_large")
+
+
+async def _send_response(
+    response: HttpResponseBase, send: Send, request_id: str, close: bool = False
+) -> None:
     response["X-Request-Id"] = request_id
+    if close:
+        response["Connection"] = "close"
     headers = [
         (name.lower().encode("latin-1"), str(value).encode("latin-1"))
         for name, value in response.items()

@@ -43,9 +43,20 @@ async def aclose() -> None:
 
 
 def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
-    """An httpx failure as the error the client should see."""
+    """An httpx failure as the error the client should see. Only "upstream_unreachable" says the
+    replica itself is in trouble (the request path marks it down)."""
     if isinstance(exc, httpx.TimeoutException):
         return ApiError(504, f"The engine ({replica.name}) did not answer in time.", "upstream_timeout")
+    if isinstance(exc, engine_http.ResponseTooLarge):
+        return ApiError(
+            502, f"The engine ({replica.name}) sent a response larger than the gateway accepts.",
+            "engine_response_too_large",
+        )
+    if isinstance(exc, httpx.LocalProtocolError):  # the request could not be written as it was
+        return ApiError(
+            502, f"The request could not be sent to the engine ({replica.name}): check its configuration.",
+            "upstream_misconfigured",
+        )
     return ApiError(502, f"The engine ({replica.name}) is unreachable.", "upstream_unreachable")
 
 
@@ -64,12 +75,40 @@ async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: 
                 replica.base_url, path, body, headers,
                 connect_timeout=settings.GP_UPSTREAM_CONNECT_TIMEOUT,
                 read_timeout=settings.GP_UPSTREAM_READ_TIMEOUT,
+                max_response_bytes=settings.GP_MAX_ENGINE_RESPONSE_BYTES,
             )
         pooled = client()
         request = pooled.build_request("POST", replica.base_url + path, content=body, headers=headers)
         return await pooled.send(request, stream=True)
     except httpx.HTTPError as exc:
         raise translate(exc, replica) from exc
+
+
+async def read_whole(response: EngineAnswer, replica: ReplicaInfo) -> bytes:
+    """A non-streaming answer's whole body, at most GP_MAX_ENGINE_RESPONSE_BYTES (502
+    engine_response_too_large beyond); the response is closed either way."""
+    try:
+        if isinstance(response, httpx.Response):  # an engine behind TLS
+            return await _read_capped(response, settings.GP_MAX_ENGINE_RESPONSE_BYTES)
+        return await response.aread()  # the lean client caps it (open_stream passed the limit)
+    except httpx.HTTPError as exc:
+        raise translate(exc, replica) from exc
+    finally:
+        await response.aclose()
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise engine_http.ResponseTooLarge(f"the engine's response body of {declared} bytes exceeds {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():  # decoded: a compressed body is capped as it unpacks
+        size += len(chunk)
+        if size > limit:
+            raise engine_http.ResponseTooLarge(f"the engine's response body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def get(replica: ReplicaInfo, path: str, timeout: float) -> httpx.Response:

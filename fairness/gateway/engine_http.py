@@ -26,6 +26,24 @@ import httpx
 
 MAX_IDLE_PER_ADDRESS = 256  # as many as a big engine runs at once; more are closed on return
 HIGH_WATER = 256 * 1024  # buffered body bytes before the engine is asked to wait for a slow client
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers; an engine's are a few hundred bytes
+
+
+class ResponseTooLarge(httpx.RemoteProtocolError):
+    """The engine's headers, or a body read whole, are larger than the gateway accepts: a
+    misbehaving engine must not fill the gateway's memory."""
+
+
+def _breaks_a_line(text: str) -> bool:
+    return "\r" in text or "\n" in text or "\0" in text
+
+
+def _check_headers(headers: dict[str, str]) -> None:
+    """A CR or LF in a header would end it and start another (a key from the database, say);
+    refuse it before anything is written. The value is not quoted: it may be a secret."""
+    for name, value in headers.items():
+        if _breaks_a_line(name) or _breaks_a_line(value):
+            raise httpx.LocalProtocolError(f"the {name!r} header holds CR, LF or NUL; the request was not sent")
 
 
 class EngineAnswer(Protocol):
@@ -61,6 +79,7 @@ class _Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.received_any = False
+        self.head_bytes = 0  # received before the headers were complete
         self.error: Exception | None = None
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
@@ -78,6 +97,13 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed response from the engine: {exc}"))
             self.close()
+            return
+        if not self.headers_done:
+            # The parser keeps a header until it ends: count what it holds, whatever its shape.
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(ResponseTooLarge(f"the engine's response headers exceed {MAX_HEAD_BYTES} bytes"))
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -155,10 +181,13 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class EngineResponse:
     """The engine's answer: the status once headers are in, the body read or streamed."""
 
-    def __init__(self, pool: _Pool, connection: _Connection, read_timeout: float | None) -> None:
+    def __init__(
+        self, pool: _Pool, connection: _Connection, read_timeout: float | None, max_body: int | None = None
+    ) -> None:
         self._pool = pool
         self._connection: _Connection | None = connection
         self._read_timeout = read_timeout
+        self._max_body = max_body  # for aread(); a stream is handed over piece by piece, uncapped
         self.status_code = connection.status_code
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
@@ -178,7 +207,16 @@ class EngineResponse:
         await self.aclose()
 
     async def aread(self) -> bytes:
-        return b"".join([chunk async for chunk in self.aiter_raw()])
+        """The whole body; ResponseTooLarge (and the connection closed) past `max_body` bytes."""
+        chunks: list[bytes] = []
+        size, limit = 0, self._max_body
+        async for chunk in self.aiter_raw():
+            size += len(chunk)
+            if limit is not None and size > limit:
+                await self.aclose()
+                raise ResponseTooLarge(f"the engine's response body exceeds {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def aclose(self) -> None:
         """Give the connection back when the answer is complete; otherwise close it, which tells
@@ -264,13 +302,16 @@ def _address(url: str) -> tuple[tuple[str, int], str, str]:
 
 
 async def post(
-    base_url: str, path: str, body: bytes, headers: dict[str, str], *, connect_timeout: float, read_timeout: float
+    base_url: str, path: str, body: bytes, headers: dict[str, str], *, connect_timeout: float, read_timeout: float,
+    max_response_bytes: int | None = None,
 ) -> EngineResponse:
     """POST `body` and return once the response headers are in; the body streams after.
 
     A reused keep-alive connection that the engine has closed meanwhile fails before any byte
-    of an answer; the request then goes once more on a fresh connection.
+    of an answer; the request then goes once more on a fresh connection. `max_response_bytes`
+    caps what the response's aread() takes.
     """
+    _check_headers(headers)
     address, host, prefix = _address(base_url)
     head = [f"POST {prefix}{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"]
     head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
@@ -280,14 +321,16 @@ async def post(
     for attempt in (1, 2):
         connection = await pool.connect(address, connect_timeout)
         try:
-            return await _exchange(pool, connection, message, read_timeout)
+            return await _exchange(pool, connection, message, read_timeout, max_response_bytes)
         except (httpx.RemoteProtocolError, httpx.WriteError):
             if attempt == 2 or not connection.reused or connection.received_any:
                 raise
     raise AssertionError("unreachable")
 
 
-async def _exchange(pool: _Pool, connection: _Connection, message: bytes, read_timeout: float) -> EngineResponse:
+async def _exchange(
+    pool: _Pool, connection: _Connection, message: bytes, read_timeout: float, max_body: int | None
+) -> EngineResponse:
     transport = connection.transport
     if transport is None or transport.is_closing():
         raise httpx.WriteError("the connection closed before the request was sent")
@@ -300,4 +343,4 @@ async def _exchange(pool: _Pool, connection: _Connection, message: bytes, read_t
     except BaseException:
         connection.close()
         raise
-    return EngineResponse(pool, connection, read_timeout)
+    return EngineResponse(pool, connection, read_timeout, max_body)

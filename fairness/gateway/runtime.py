@@ -22,6 +22,7 @@ from django.conf import settings
 
 from fairness.gateway import engine_client, health_probes
 from fairness.gateway.api_keys import KeyCache
+from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
 from fairness.scheduling import health, routing
 from fairness.scheduling.admission import Admission
@@ -78,6 +79,7 @@ class GatewayRuntime:
             recheck_seconds=min(1.0, ttl / 3),
         )  # fmt: skip
         self.load = routing.LoadBook(client, lane=self.lane)
+        self.large_bodies = LargeBodyGate()
         self.directory: ReplicaDirectory | None = None
         self._capacity: dict[str, int] = {}
         self._reload_lock = asyncio.Lock()
@@ -167,6 +169,13 @@ class GatewayRuntime:
         """Passive health: no new requests for one cooldown, and its slots withdrawn."""
         await health.mark_down(self.redis, replica, self.config.health_cooldown)
         await self.sync_capacity()
+
+    async def request_failed(self, replica: ReplicaInfo, caller: str) -> None:
+        """A request of `caller` got a 5xx or a timeout from the replica: that request's error,
+        unless enough different callers failed there lately (health.record_failure); then as
+        `replica_failed`."""
+        if await health.record_failure(self.redis, replica, caller, self.config.health_cooldown):
+            await self.sync_capacity()
 
     def _ensure_health_loop(self) -> None:
         if self._closed:

@@ -1,8 +1,8 @@
-"""The OpenAI-compatible endpoints: authenticate, admit, route, forward, account.
+"""The OpenAI-compatible endpoints: admit, route, forward, account.
 
-Each view takes the request the ASGI adapter (gateway/asgi.py) read and the process's runtime,
-and answers with a response or raises ApiError, which the adapter turns into an OpenAI-shaped
-error: nothing escapes as a 500 page.
+Each view takes the request the ASGI adapter (gateway/asgi.py) read, its key already checked,
+and the process's runtime, and answers with a response or raises ApiError, which the adapter
+turns into an OpenAI-shaped error: nothing escapes as a 500 page.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import httpx
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from fairness.gateway import engine_client, request_parsing
+from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
 from fairness.gateway.lifecycle import RequestLifecycle, demand_of
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
-from fairness.scheduling.directory import ReplicaInfo
+from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,16 @@ SESSION_HEADER = "x-session-id"
 
 @dataclass(frozen=True)
 class GatewayRequest:
-    """One /v1 request as the adapter read it: the body is whole and within the size limit."""
+    """One /v1 request as the adapter read it: its key valid, checked under `directory` (the
+    replicas as of the config epoch it was checked in); the body whole and within the size limit."""
 
     method: str
     path: str
     headers: Mapping[str, str]  # names in lower case
     body: bytes
     request_id: str
+    key: KeyInfo
+    directory: ReplicaDirectory
 
 
 async def chat_completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
@@ -55,8 +58,7 @@ async def completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpR
 async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
     if request.method != "GET":
         raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
-    directory = await runtime.refresh()
-    key = await runtime.keys.authenticate(request.headers.get("authorization"))
+    directory, key = request.directory, request.key
     data = [
         {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
         for name in directory.models()
@@ -70,10 +72,9 @@ async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespon
 async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str) -> HttpResponseBase:
     if request.method != "POST":
         raise ApiError(405, "Use POST for this endpoint.", "method_not_allowed")
-    directory = await runtime.refresh()
-    key = await runtime.keys.authenticate(request.headers.get("authorization"))
+    directory, key = request.directory, request.key
     body = request.body
-    parsed = request_parsing.parse(body, endpoint)
+    parsed = await runtime.large_bodies.parse(body, endpoint)
     serving = directory.serving(parsed.model)
     if not serving:
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
@@ -98,7 +99,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         order = await runtime.plan(replicas, conversation)
         replica, response = await _forward(
             order[:2], len(serving) > 1, lifecycle, parsed, body, request.path, request.request_id,
-            key.tier.engine_priority,
+            key.tier.engine_priority, caller=str(key.owner_id),
+            cache_salt=request_parsing.owner_cache_salt(key.owner_id) if key.tier.isolate_prefix_cache else None,
         )
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
         if response.status_code != 200:
@@ -121,25 +123,34 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
 
 async def _forward(
     candidates: list[ReplicaInfo], routed: bool, lifecycle: RequestLifecycle, parsed: request_parsing.ProxyRequest,
-    body: bytes, path: str, request_id: str, engine_priority: int,
+    body: bytes, path: str, request_id: str, engine_priority: int, *, caller: str, cache_salt: str | None,
 ) -> tuple[ReplicaInfo, EngineAnswer]:
-    """Send to the first candidate; if it fails before answering anything, once to the next."""
+    """Send to the first candidate; if it fails before answering anything, once to the next.
+
+    A refused or reset connection marks the replica down at once. A 5xx or a timeout may be
+    this request's own doing (a body that makes the engine fail): it counts against the replica
+    only together with other callers' failures (`caller`: the key's owner).
+    """
     for attempt, replica in enumerate(candidates):
         last = attempt == len(candidates) - 1
         lifecycle.bind(replica, routed)
-        data = request_parsing.upstream_body(parsed, body, engine_priority if replica.priority_policy else None)
+        data = request_parsing.upstream_body(
+            parsed, body, engine_priority if replica.priority_policy else None, cache_salt
+        )
         try:
             response = await engine_client.open_stream(replica, path, data, request_id)
         except ApiError as exc:
+            if exc.code == "upstream_timeout":
+                await lifecycle.runtime.request_failed(replica, caller)
             if exc.code != "upstream_unreachable":
-                raise  # a timeout is a busy engine, not a dead one: no retry, no mark
+                raise  # a timeout is a busy engine, not a dead one: no retry
             await lifecycle.runtime.replica_failed(replica)
             if last:
                 raise
             continue
         if response.status_code >= 500:
             try:
-                await lifecycle.runtime.replica_failed(replica)
+                await lifecycle.runtime.request_failed(replica, caller)
             except BaseException:
                 await response.aclose()  # its connection goes back to the pool, not to waste
                 raise
@@ -171,12 +182,7 @@ def _streaming(
 async def _whole_response(
     response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle, headers: dict[str, str]
 ) -> HttpResponse:
-    try:
-        raw = await response.aread()
-    except httpx.HTTPError as exc:
-        raise engine_client.translate(exc, replica) from exc
-    finally:
-        await response.aclose()
+    raw = await engine_client.read_whole(response, replica)
     try:
         counts = json.loads(raw).get("usage") or {}
     except (ValueError, AttributeError):
@@ -193,11 +199,9 @@ async def _whole_response(
 async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:
     """The engine's own error, kept when it is a client error and OpenAI-shaped enough."""
     try:
-        raw = await response.aread()
-    except httpx.HTTPError as exc:
-        return engine_client.translate(exc, replica)
-    finally:
-        await response.aclose()
+        raw = await engine_client.read_whole(response, replica)
+    except ApiError as exc:
+        return exc
     status = response.status_code
     message, code, param = f"The engine ({replica.name}) answered {status}.", "upstream_error", None
     try:

@@ -10,7 +10,7 @@ import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -100,6 +100,9 @@ def _masked_value(value: str) -> str:
 @transaction.atomic
 def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
           expires_at: dt.datetime | None = None) -> tuple[ApiKey, str]:
+    """Raises ValidationError for a deactivated owner: every gateway refuses their keys anyway."""
+    if not owner.is_active:
+        raise ValidationError({"owner": f"{owner.get_username()} is deactivated: keys are for active users only."})
     key, secret = issue_key(owner, tier, label=label, expires_at=expires_at)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
           expires_at=expires_at.isoformat() if expires_at else None)
@@ -138,12 +141,42 @@ def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = F
     return user
 
 
-@transaction.atomic
+def password_refusal(actor: User | None, user: User) -> str:
+    """Why `actor` may not set the password of `user` ("" when they may).
+
+    Staff set a first password for a researcher created without one (the set-password step) and
+    nothing more: setting the password of another staff member, a superuser, or anyone who has a
+    password already would let them sign in as that person, with that person's powers. Only a
+    superuser (or the command line, which has the host already) may."""
+    if actor is None or actor.is_superuser:
+        return ""
+    if user.is_staff or user.is_superuser:
+        return f"Only a superuser may set the password of {user.get_username()}, who is staff."
+    if user.password and user.has_usable_password():  # "" (a bare ORM create) signs no one in either
+        return f"{user.get_username()} has a password already: only a superuser may replace it."
+    return ""
+
+
+def refuse_password(actor: Actor, user: User, reason: str) -> NoReturn:
+    """Audits a refused attempt (outside any transaction the refusal rolls back) and raises."""
+    audit(actor, "user.password.refused", user.get_username(), reason=reason)
+    raise PermissionDenied(reason)
+
+
 def set_password(actor: Actor, user: User, password: str) -> User:
-    """For a user created without one (the set-password step); the password is never logged."""
-    user.set_password(password)
-    user.save(update_fields=["password"])
-    audit(actor, "user.password", user.get_username())
+    """Raises PermissionDenied, audited, when password_refusal() says no; the password is never
+    logged."""
+    with transaction.atomic():
+        # The row locked and read afresh: two staff at once cannot both set a "first" password.
+        target = get_user_model().objects.select_for_update().get(pk=user.pk)
+        reason = password_refusal(actor.user, target)
+        if not reason:
+            target.set_password(password)
+            target.save(update_fields=["password"])
+            audit(actor, "user.password", target.get_username())
+    if reason:
+        refuse_password(actor, target, reason)
+    user.password = target.password
     return user
 
 

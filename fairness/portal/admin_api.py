@@ -24,6 +24,7 @@ from pydantic import field_validator
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
+from fairness.portal.client_address import client_address
 from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 
@@ -54,7 +55,7 @@ router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
 
 
 def actor(request: AdminApiRequest) -> actions.Actor:
-    return actions.Actor(request.auth, request.META.get("REMOTE_ADDR"))
+    return actions.Actor(request.auth, client_address(request))
 
 
 def invalid(exc: ValidationError) -> HttpError:
@@ -138,6 +139,8 @@ def issue_key(request, data: KeyIn):
     if tier is None:
         raise HttpError(422, f"tier: no tier named {data.tier!r}")
     expires = timezone.now() + dt.timedelta(days=data.expires_days) if data.expires_days else None
+    if not owner.is_active:  # checked before the idempotency record: a refusal makes nothing to name
+        raise HttpError(422, f"owner: {data.owner!r} is deactivated; keys are for active users only")
     with idempotent(request) as record:
         key, secret = actions.issue(actor(request), owner, tier, data.label, expires)
         record(key.prefix)
@@ -222,6 +225,10 @@ class TierSchema(Input):
     max_queued_per_key: int = Field(64, ge=1, le=100_000)
     engine_priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool = False
+    isolate_prefix_cache: bool = Field(
+        False, description="Send each user's requests with a cache salt of their own (vLLM's cache_salt): "
+        "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
+    )
 
 
 class TierPatch(Input):
@@ -234,6 +241,7 @@ class TierPatch(Input):
     max_queued_per_key: int | None = Field(None, ge=1, le=100_000)
     engine_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool | None = None
+    isolate_prefix_cache: bool | None = None
 
 
 def tier_out(tier: Tier) -> TierSchema:

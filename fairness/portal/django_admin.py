@@ -29,13 +29,14 @@ from fairness.models import (
     UsageRecord,
 )
 from fairness.portal import actions
+from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
 
 
 def _actor(request: HttpRequest) -> actions.Actor:
     # The admin site lets in active staff only, so its requests are always signed in.
     assert request.user.is_authenticated
-    return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+    return actions.Actor(request.user, client_address(request))
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

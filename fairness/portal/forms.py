@@ -136,6 +136,7 @@ class TierForm(forms.ModelForm):
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
             "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots",
+            "isolate_prefix_cache",
         ]
         labels = {
             "per_key_concurrency": "Requests at once per key",
@@ -144,6 +145,7 @@ class TierForm(forms.ModelForm):
             "max_queue_wait_seconds": "Longest queue wait (seconds)",
             "max_queued_per_key": "Queued requests per key",
             "borrow_idle_slots": "May borrow idle slots",
+            "isolate_prefix_cache": "Keep each user's prefix cache apart",
         }
 
     def __init__(self, *args, **kwargs) -> None:

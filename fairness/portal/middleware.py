@@ -1,4 +1,8 @@
-"""Requests whose URL carries a NUL character are refused at the door.
+"""Middleware of the pages: a Content-Security-Policy on every response, and requests whose URL
+carries a NUL character refused at the door.
+
+Django 5.2 has no CSP of its own (6.0 adds one); ours is one fixed header, so this is a few lines
+rather than the django-csp package, whose nonces and per-view policies nothing here needs.
 
 PostgreSQL text cannot hold NUL, so a `%00` in a path or query string would reach the database
 driver and come back as a server error instead of a clear 400. Form fields (Django's own NUL
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
@@ -33,4 +38,24 @@ def refuse_nul(get_response: Callable) -> Callable:
 
     def middleware(request: HttpRequest) -> HttpResponse:
         return _refusal(request) or get_response(request)
+    return middleware
+
+
+def _with_policy(response: HttpResponse) -> HttpResponse:
+    policy = settings.GP_CONTENT_SECURITY_POLICY
+    if policy and "Content-Security-Policy" not in response:
+        response["Content-Security-Policy"] = policy
+    return response
+
+
+@sync_and_async_middleware
+def content_security_policy(get_response: Callable) -> Callable:
+    """GP_CONTENT_SECURITY_POLICY on every response that does not set its own."""
+    if iscoroutinefunction(get_response):
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
+            return _with_policy(await get_response(request))
+        return async_middleware
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        return _with_policy(get_response(request))
     return middleware

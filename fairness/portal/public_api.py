@@ -99,7 +99,9 @@ def _alert(alert: SaturationAlert) -> AlertOut:
 
 
 def _open_alerts() -> list[AlertOut]:
-    return [_alert(a) for a in SaturationAlert.objects.filter(resolved_at=None)]
+    # Dropped usage events are the operators' business, not the endpoint's capacity.
+    alerts = SaturationAlert.objects.filter(resolved_at=None).exclude(kind=SaturationAlert.Kind.USAGE)
+    return [_alert(a) for a in alerts]
 
 
 def _tiers() -> list[TierOut]:
@@ -177,6 +179,7 @@ async def alerts(request):
     def recent() -> list[AlertOut]:
         since = timezone.now() - dt.timedelta(days=1)
         rows = SaturationAlert.objects.filter(resolved_at=None) | SaturationAlert.objects.filter(resolved_at__gte=since)
+        rows = rows.exclude(kind=SaturationAlert.Kind.USAGE)
         return [_alert(a) for a in rows.order_by("-opened_at")[:50]]
 
     return await sync_to_async(recent)()

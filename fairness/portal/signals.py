@@ -1,5 +1,7 @@
-"""Any change to keys, tiers or replicas bumps the config epoch (see epoch.py)."""
+"""Any change to keys, tiers, replicas or a user's activation bumps the config epoch (see
+store/config_epoch.py)."""
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
@@ -14,6 +16,15 @@ from fairness.store.config_epoch import bump_epoch
 def config_changed(sender, **kwargs) -> None:
     # After commit, or a gateway could reload the old row and keep it for a whole cache TTL.
     transaction.on_commit(bump_epoch)
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+def user_changed(sender, created: bool = False, update_fields=None, **kwargs) -> None:
+    # A gateway's cached key carries whether its owner is active: deactivating a user stops
+    # their keys as fast as a revocation. A save that cannot have changed it (the last_login of
+    # every sign-in, a password) leaves every gateway's caches alone, as does a brand-new user.
+    if not created and (update_fields is None or "is_active" in update_fields):
+        transaction.on_commit(bump_epoch)
 
 
 @receiver(m2m_changed, sender=Replica.tiers.through)

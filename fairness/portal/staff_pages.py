@@ -29,6 +29,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
+from fairness.portal.client_address import client_address
 from fairness.portal.forms import (
     CreateUserForm,
     IssueKeyForm,
@@ -64,7 +65,7 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 
 def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+    return actions.Actor(request.user, client_address(request))
 
 
 def _staff_only(user: User) -> None:
@@ -206,6 +207,9 @@ def create_user(request: SignedInRequest) -> HttpResponse:
         if person.has_usable_password():
             messages.success(request, f"Created {person}.")
             return redirect("staff-users")
+        if actions.password_refusal(request.user, person):  # staff: a superuser sets theirs
+            messages.success(request, f"Created {person}. A superuser must set their password.")
+            return redirect("staff-users")
         messages.success(request, f"Created {person}. Set a password so they can sign in.")
         return redirect("staff-user-password", username=person.get_username())
     return render(request, "staff/user_create.html", {"form": form})
@@ -214,12 +218,22 @@ def create_user(request: SignedInRequest) -> HttpResponse:
 @staff_required
 @sensitive_post_parameters("new_password1", "new_password2")
 def set_user_password(request: SignedInRequest, username: str) -> HttpResponse:
+    """A first password for a researcher; anything more is a superuser's (actions.password_refusal)."""
     person = _get_member_for_user(request.user, username)
-    form = SetPasswordForm(person, request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        actions.set_password(_actor(request), person, form.cleaned_data["new_password1"])
-        messages.success(request, f"Set the password of {person}.")
-        return redirect("staff-users")
+    reason = actions.password_refusal(request.user, person)
+    try:
+        if reason and request.method == "POST":
+            actions.refuse_password(_actor(request), person, reason)  # a refused attempt is audited
+        if reason:
+            raise PermissionDenied(reason)
+        form = SetPasswordForm(person, request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            actions.set_password(_actor(request), person, form.cleaned_data["new_password1"])  # checks again
+            messages.success(request, f"Set the password of {person}.")
+            return redirect("staff-users")
+    except PermissionDenied as refused:
+        return render(request, "staff/user_password_refused.html", {"person": person, "reason": str(refused)},
+                      status=403)
     return render(request, "staff/user_password.html", {"person": person, "form": form})
 
 

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_safe
 
 from fairness.models import AdminToken
 from fairness.portal import actions, submit_once
+from fairness.portal.client_address import client_address
 from fairness.portal.forms import IssueAdminTokenForm
 from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.staff_pages import staff_required
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, request.META.get("REMOTE_ADDR"))
+    return actions.Actor(request.user, client_address(request))
 
 
 def _get_token_for_user(user: User, prefix: str) -> AdminToken:

@@ -4,8 +4,12 @@ One key per replica (keyspace.health_verdict) holding "up" or "down" with a TTL:
   - active: the gateway probes each replica's /health (gateway/health_probes.py) and records
     the verdicts with a TTL of a few probe intervals, so a prober that stops leaves no stale
     verdict behind;
-  - passive: the request path calls `mark_down` when a replica refused or reset the connection,
-    or answered 5xx before any response byte; the mark lasts one cooldown.
+  - passive: the request path calls `mark_down` when a replica refused or reset the connection
+    before any response byte; the mark lasts one cooldown. A 5xx answer or a timeout is first
+    that request's own error (a body that makes the engine fail must not take the replica from
+    everyone): `record_failure` counts it per caller, and only failures of FAILURE_CALLERS
+    different callers within FAILURE_WINDOW seconds mark the replica down. The count lives in
+    Redis (keyspace.health_failures), so every gateway process adds to the same one.
 A replica is healthy unless its key says "down". Unknown (never probed, or expired) counts as
 healthy, so a fresh gateway routes before the first probe. A probe that succeeds overwrites a
 down mark, so a recovered replica takes its conversations back at once; the price is that a
@@ -16,6 +20,7 @@ Redis keeps the time (TTLs), so no process's clock matters here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import redis.asyncio
 
@@ -26,6 +31,9 @@ UP, DOWN = b"up", b"down"
 DEFAULT_INTERVAL = 2.0
 DEFAULT_TIMEOUT = 1.0
 DEFAULT_COOLDOWN = 10.0
+FAILURE_WINDOW = 10.0  # seconds
+FAILURE_CALLERS = 3  # different callers failing within the window mark a replica down
+_FAILURE_SCRIPT = (Path(__file__).with_name("lua") / "health_failure.lua").read_text()
 
 
 def key(replica: ReplicaInfo) -> str:
@@ -49,6 +57,19 @@ async def mark_down(
     client: redis.asyncio.Redis, replica: ReplicaInfo, cooldown: float = DEFAULT_COOLDOWN
 ) -> None:
     await client.set(key(replica), DOWN, px=_ms(cooldown))
+
+
+async def record_failure(
+    client: redis.asyncio.Redis, replica: ReplicaInfo, caller: str, cooldown: float = DEFAULT_COOLDOWN,
+    window: float = FAILURE_WINDOW, callers: int = FAILURE_CALLERS,
+) -> bool:
+    """Count a request of `caller` that failed on `replica`; True when that marked it down.
+    Runs only when a request fails: a successful request costs nothing here."""
+    marked = await client.eval(
+        _FAILURE_SCRIPT, 2, keyspace.health_failures(replica.name, replica.base_url), key(replica),
+        caller, _ms(window), callers, _ms(cooldown),
+    )
+    return bool(marked)
 
 
 async def record_verdicts(

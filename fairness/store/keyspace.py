@@ -6,7 +6,7 @@ project Cluster-ready: a request's release sends admission's script and its acco
 pipeline, which spans two slots.
 
 Two libraries keep keys of their own in the same database, under their own names: Django's cache
-(`:1:` prefix: sign-in attempt counters) and Celery (its broker queues and `_kombu` bindings).
+(`:1:` prefix) and Celery (its broker queues and `_kombu` bindings).
 """
 
 from __future__ import annotations
@@ -54,14 +54,27 @@ def health_verdict(replica_name: str, base_url: str) -> str:
     return f"{ROUTING_NAMESPACE}health:{replica_name}@{base_url}"
 
 
+def health_failures(replica_name: str, base_url: str) -> str:
+    """Sorted set caller -> Redis time (ms) of that caller's latest request that failed on the
+    replica (5xx, timeout), written only when a request fails (scheduling/lua/health_failure.lua);
+    entries older than the failure window are trimmed on each write, the key expires one window
+    after the last failure and is deleted when the failures mark the replica down."""
+    return f"{ROUTING_NAMESPACE}failures:{replica_name}@{base_url}"
+
+
 # -- accounting (gateway/accounting.py writes, telemetry reads) ---------------------------------
 # list of JSON usage events, RPUSHed in the round trip that gives a lease back, drained into the
-# database by the flush task (telemetry/usage.py); entries stay until their batch is committed
+# database by the flush task (telemetry/usage.py); entries stay until their batch is committed,
+# or until GP_USAGE_BACKLOG_MAX newer ones push them out (counted as dropped)
 USAGE_EVENTS = PREFIX + ":usage"
 # lock (redis-py Lock), 60 s: one flusher at a time
 USAGE_FLUSH_LOCK = PREFIX + ":usage:flush-lock"
-# hash of the gateway's own counters (requests, tokens, queue-wait buckets, rejections), bumped
-# beside each usage event; never expires (a Redis restart resets it, as a counter reset)
+# string, JSON: the dropped-events count the alert check last saw and when it last rose
+# (telemetry/alerts.py); never expires, replaced by each check
+USAGE_DROPS_SEEN = PREFIX + ":usage:drops-seen"
+# hash of the gateway's own counters (requests, tokens, queue-wait buckets, rejections, and the
+# usage list's pushed/drained books), bumped beside each usage event; never expires (a Redis
+# restart resets it, as a counter reset)
 GATEWAY_COUNTERS = PREFIX + ":metrics:{gp:usage}"
 
 # -- configuration (store/config_epoch.py) ------------------------------------------------------
@@ -94,3 +107,18 @@ def saturation_state(model: str) -> str:
 def submitted_form(token: str) -> str:
     """String, 24 h: what the first submission of a submit-once form made ("" while it runs)."""
     return f"{PREFIX}:once:{token}"
+
+
+# -- sign-in (portal/signin.py) ------------------------------------------------------------------
+
+
+def signin_attempts_by_address(address: str) -> str:
+    """Integer: sign-in attempts from one client address that did not succeed (or have not yet),
+    expiring GP_SIGNIN_LOCKOUT_SECONDS after the first one counted."""
+    return f"{PREFIX}:signin:addr:{address}"
+
+
+def signin_attempts_by_username(normalised_username: str) -> str:
+    """Integer: sign-in attempts at one username (NFKC + casefold) since its last success,
+    expiring GP_SIGNIN_LOCKOUT_SECONDS after the first one counted."""
+    return f"{PREFIX}:signin:user:{normalised_username}"

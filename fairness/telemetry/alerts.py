@@ -1,5 +1,6 @@
 """Saturation alerts: feed each model's demand to its detector, open and resolve alert rows,
-and tell people (the pages read the rows; a webhook and admin email are optional)."""
+and tell people (the pages read the rows; a webhook and admin email are optional). Dropped usage
+events raise an alert of the same kind of row, told the same way."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fairness.gateway import engine_client
 from fairness.models import SaturationAlert
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
+from fairness.telemetry import usage
 from fairness.telemetry.polling import Reading
 from fairness.telemetry.saturation import SaturationDetector, Transition
 
@@ -94,12 +96,16 @@ async def notify(model: str, transition: Transition) -> None:
         f"gpuportal: {model} {transition.kind} saturation {transition.event} "
         f"(waiting {transition.peak.waiting:g}, running {transition.peak.running:g})"
     )
+    payload = {
+        "event": transition.event, "model": model, "kind": transition.kind, "at": transition.at,
+        "waiting": transition.peak.waiting, "running": transition.peak.running,
+        "kv_usage": transition.peak.kv_usage, "text": message,
+    }
+    await _deliver(message, payload)
+
+
+async def _deliver(message: str, payload: dict) -> None:
     if settings.GP_ALERT_WEBHOOK_URL:
-        payload = {
-            "event": transition.event, "model": model, "kind": transition.kind, "at": transition.at,
-            "waiting": transition.peak.waiting, "running": transition.peak.running,
-            "kv_usage": transition.peak.kv_usage, "text": message,
-        }
         try:
             await engine_client.post_json(settings.GP_ALERT_WEBHOOK_URL, payload, timeout=5.0)
         except httpx.HTTPError as exc:
@@ -111,3 +117,63 @@ async def notify(model: str, transition: Transition) -> None:
             log.warning("alert webhook to %s failed: %s", host, failure)
     if settings.ADMINS:
         await sync_to_async(mail_admins)(message, message, fail_silently=True)
+
+
+# -- dropped usage events -------------------------------------------------------------------------
+
+USAGE_ALERT_MODEL = "gateway"  # the row's model: the alert is about the gateway, not an engine
+
+
+async def observe_usage_drops(now: float) -> str | None:
+    """Open an alert as soon as usage events have been dropped since the last check (any loss is
+    worth telling), add later drops to it, and resolve it after GP_ALERT_RESOLVE_SECONDS without
+    one. Returns "opened", "resolved" or None. Runs with each poll, so drops made while no worker
+    ran are reported by the first poll of the next one."""
+    client = redis_async()
+    backlog = await usage.read_backlog(client)
+    raw = await client.get(keyspace.USAGE_DROPS_SEEN)
+    state = json.loads(raw) if raw else {}
+    seen = min(int(state.get("seen", 0)), backlog.dropped)  # the count restarts with Redis
+    last_drop_at = state.get("last_drop_at")
+    event: str | None = None
+    if backlog.dropped > seen:
+        last_drop_at = now
+        event = await sync_to_async(_record_drops)(now, backlog.dropped - seen)
+    elif last_drop_at is not None and now - last_drop_at >= settings.GP_ALERT_RESOLVE_SECONDS:
+        last_drop_at = None
+        event = await sync_to_async(_resolve_drops)(now)
+    await client.set(keyspace.USAGE_DROPS_SEEN, json.dumps({"seen": backlog.dropped, "last_drop_at": last_drop_at}))
+    if event is not None:
+        message = (
+            f"gpuportal: usage events dropped ({backlog.dropped} since Redis started): the usage "
+            f"queue reached GP_USAGE_BACKLOG_MAX ({settings.GP_USAGE_BACKLOG_MAX}); is the Celery worker running?"
+            if event == "opened" else
+            f"gpuportal: usage events no longer dropped ({backlog.dropped} since Redis started)"
+        )
+        payload = {"event": event, "model": USAGE_ALERT_MODEL, "kind": SaturationAlert.Kind.USAGE.value,
+                   "at": now, "dropped": backlog.dropped, "queued": backlog.queued, "text": message}
+        await _deliver(message, payload)
+    return event
+
+
+def _record_drops(now: float, dropped: int) -> str | None:
+    open_alert = SaturationAlert.objects.filter(
+        model=USAGE_ALERT_MODEL, kind=SaturationAlert.Kind.USAGE, resolved_at=None
+    ).first()
+    if open_alert is None:
+        SaturationAlert.objects.create(
+            model=USAGE_ALERT_MODEL, kind=SaturationAlert.Kind.USAGE,
+            opened_at=dt.datetime.fromtimestamp(now, tz=dt.UTC),
+            figures={"dropped": dropped, "backlog_max": settings.GP_USAGE_BACKLOG_MAX},
+        )
+        return "opened"
+    open_alert.figures = {**open_alert.figures, "dropped": open_alert.figures.get("dropped", 0) + dropped}
+    open_alert.save(update_fields=["figures"])
+    return None
+
+
+def _resolve_drops(now: float) -> str | None:
+    resolved = SaturationAlert.objects.filter(
+        model=USAGE_ALERT_MODEL, kind=SaturationAlert.Kind.USAGE, resolved_at=None
+    ).update(resolved_at=dt.datetime.fromtimestamp(now, tz=dt.UTC))
+    return "resolved" if resolved else None

@@ -36,6 +36,7 @@ from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
+from fairness.telemetry import usage
 
 _LE = {floatToGoString(b): i for i, b in enumerate(WAIT_BUCKETS)}
 
@@ -45,6 +46,7 @@ class Snapshot:
     counters: dict[str, float]
     live: Stats
     tiers: list[str]  # every configured tier, so idle ones read 0 rather than vanish
+    backlog: usage.Backlog = usage.Backlog(0, 0)
 
 
 async def snapshot() -> Snapshot:
@@ -52,7 +54,7 @@ async def snapshot() -> Snapshot:
     counters = {_str(k): float(v) for k, v in raw.items()}
     live = await admission_stats(redis_async())  # also reaps dead processes' leases
     tiers = [name async for name in Tier.objects.values_list("name", flat=True)]
-    return Snapshot(counters, live, tiers)
+    return Snapshot(counters, live, tiers, await usage.read_backlog(redis_async()))
 
 
 class GatewayCollector(Collector):
@@ -110,7 +112,21 @@ class GatewayCollector(Collector):
                 cumulative.append((floatToGoString(bound), running))
             wait.add_metric([tier], cumulative, sums[tier])
         yield from (requests, tokens, rejections, upstream, wait)
+        yield from self._usage_backlog()
         yield from self._live()
+
+    def _usage_backlog(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "gpuportal_usage_backlog",
+            "Usage events waiting for the flush task to write them to the database.",
+            value=self.snap.backlog.queued,
+        )
+        yield CounterMetricFamily(
+            "gpuportal_usage_events_dropped",
+            "Usage events dropped because the backlog reached GP_USAGE_BACKLOG_MAX (no worker "
+            "drained it); their requests are missing from the usage pages.",
+            value=self.snap.backlog.dropped,
+        )
 
     def _live(self) -> Iterator[Metric]:
         live = self.snap.live

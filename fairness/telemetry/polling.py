@@ -75,16 +75,24 @@ class Reading:
 
 
 async def scrape(replica: ReplicaInfo, taken_at: float) -> tuple[Snapshot | None, str]:
+    """The replica's metrics, or None and why. The reason names the status and a generic cause,
+    never what the answer said: the pages show it, and an address pointed somewhere else (a
+    cloud metadata service, an admin page) would show that service's secrets."""
     try:
         response = await engine_client.get(replica, "/metrics", settings.GP_POLL_TIMEOUT_SECONDS)
-        response.raise_for_status()
-        return parse_metrics(response.text, replica.engine_kind, taken_at, model=replica.model), ""
     except ApiError as exc:
-        return None, exc.message
-    except MetricsParseError as exc:
-        return None, str(exc)
-    except Exception as exc:  # an HTTP error status, or anything odd: the replica reads as down
-        return None, f"{type(exc).__name__}: {exc}"[:300]
+        return None, exc.message  # the gateway's own words: unreachable, timed out
+    except Exception as exc:  # anything odd: the replica reads as down
+        return None, f"/metrics could not be read ({type(exc).__name__})"
+    if not response.is_success:
+        return None, f"/metrics answered HTTP {response.status_code}"
+    try:
+        return parse_metrics(response.text, replica.engine_kind, taken_at, model=replica.model), ""
+    except MetricsParseError:
+        return None, (f"/metrics answered HTTP {response.status_code} with no {replica.engine_kind} "
+                      "load gauges in Prometheus text format")
+    except Exception as exc:
+        return None, f"/metrics answered HTTP {response.status_code} but could not be read ({type(exc).__name__})"
 
 
 async def gateway_queued_by_model() -> dict[str, float]:

@@ -25,11 +25,13 @@ def flush_usage() -> int:
 
 
 async def poll_and_publish(refit_every: float = 15.0) -> int:
-    """One beat: poll every replica, update saturation alerts, and refit capacity now and then."""
+    """One beat: poll every replica, update saturation alerts (and the dropped-usage one), and
+    refit capacity now and then."""
     try:
         poll = await polling.poll_once()
         now = time.time()
         await alerts.observe(poll.readings, poll.gateway_queued, now)
+        await alerts.observe_usage_drops(now)
         last = await redis_async().get(keyspace.CAPACITY_REFITTED_AT)
         if last is None or now - float(last) >= refit_every:
             await capacity_store.refit_and_publish()

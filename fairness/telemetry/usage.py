@@ -1,18 +1,22 @@
 """Per-request usage: pushed to a Redis list on the request path, written to the DB in batches.
 
 The request path never touches the database; a Celery task drains the list. A record is
-removed from the list only after its batch is committed, so a crash loses nothing.
+removed from the list only after its batch is committed, so a crash loses nothing. With no task
+draining it the list keeps only the newest GP_USAGE_BACKLOG_MAX events, and the drops are
+counted (gateway/accounting.py: usage_commands).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import NamedTuple
 
 import redis
+import redis.asyncio
 from django.db import transaction
 
-from fairness.gateway.accounting import UsageEvent
+from fairness.gateway.accounting import USAGE_DRAINED, USAGE_PUSHED, UsageEvent, dropped_events
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
 from fairness.telemetry import usage_rollup
@@ -38,10 +42,28 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
             for key_id, at in _last_use_by_key(rows).items():
                 # update() sends no signals, so this does not disturb the gateways' caches.
                 ApiKey.objects.filter(pk=key_id).update(last_used_at=at)
-        client.ltrim(keyspace.USAGE_EVENTS, len(raw), -1)
+        # One MULTI: the books (pushed = drained + queued + dropped) must balance at any instant.
+        with client.pipeline(transaction=True) as pipe:
+            pipe.ltrim(keyspace.USAGE_EVENTS, len(raw), -1)
+            pipe.hincrby(keyspace.GATEWAY_COUNTERS, USAGE_DRAINED, len(raw))
+            pipe.execute()
         return len(rows)
     finally:
         lock.release()
+
+
+class Backlog(NamedTuple):
+    queued: int  # events waiting for the flush task
+    dropped: int  # events dropped at the cap since Redis started
+
+
+async def read_backlog(client: redis.asyncio.Redis) -> Backlog:
+    """The backlog's length and the drops so far, read in one MULTI so the books balance."""
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.hmget(keyspace.GATEWAY_COUNTERS, [USAGE_PUSHED, USAGE_DRAINED])
+        pipe.llen(keyspace.USAGE_EVENTS)
+        (pushed, drained), queued = await pipe.execute()
+    return Backlog(int(queued), dropped_events(int(pushed or 0), int(drained or 0), int(queued)))
 
 
 def _row(event: UsageEvent) -> UsageRecord:

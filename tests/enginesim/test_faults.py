@@ -36,6 +36,17 @@ def test_error_500_makes_completions_fail_in_openai_shape(faulty: EngineSimProce
     assert httpx.post(f"{faulty.url}/v1/chat/completions", json=chat_body()).status_code == 200
 
 
+def test_a_marker_fails_only_the_requests_whose_body_contains_it(faulty: EngineSimProcess) -> None:
+    assert faulty.set_faults(error_500_marker="POISON-7f3a")["error_500_marker"] == "POISON-7f3a"
+    poisoned = httpx.post(f"{faulty.url}/v1/chat/completions", json=chat_body("say POISON-7f3a"))
+    assert poisoned.status_code == 500
+    assert poisoned.json()["error"]["type"] == "InternalServerError"
+    assert httpx.post(f"{faulty.url}/v1/chat/completions", json=chat_body("say hello")).status_code == 200
+    faulty.set_faults(error_500_marker="")
+    assert httpx.post(f"{faulty.url}/v1/chat/completions",
+                      json=chat_body("say POISON-7f3a")).status_code == 200
+
+
 def test_stall_accepts_the_request_and_never_answers(faulty: EngineSimProcess) -> None:
     faulty.set_faults(stall=True)
     with pytest.raises(httpx.ReadTimeout):
@@ -53,10 +64,11 @@ def test_faults_can_be_set_from_the_command_line() -> None:
         assert httpx.post(f"{sim.url}/v1/completions",
                           json={"prompt": "x"}).status_code == 500
         assert httpx.get(f"{sim.url}/sim/faults").json() == {
-            "health_fail": True, "error_500": True, "stall": False}
+            "health_fail": True, "error_500": True, "stall": False, "error_500_marker": ""}
 
 
 def test_a_bad_faults_payload_is_a_400(faulty: EngineSimProcess) -> None:
     response = httpx.post(f"{faulty.url}/sim/faults", json={"stall": "yes"})
     assert response.status_code == 400
+    assert httpx.post(f"{faulty.url}/sim/faults", json={"error_500_marker": 1}).status_code == 400
     assert stats(faulty)["faults"]["stall"] is False

@@ -43,6 +43,13 @@ def test_a_growing_chat_shares_the_previous_turns_prefix() -> None:
     assert render_chat(turn1).endswith("<|im_start|>assistant\n")
 
 
+def test_a_cache_salt_keeps_equal_prompts_from_sharing_blocks() -> None:
+    units = encode_text("a shared system prompt " * 20)
+    alice, again, bob = (block_hashes(units, 16, salt) for salt in ("alice", "alice", "bob"))
+    assert alice == again  # one salt: the same blocks, so a hit
+    assert not set(alice) & set(bob) and not set(alice) & set(block_hashes(units, 16))
+
+
 def test_output_is_deterministic_and_length_bounded() -> None:
     seed = prompt_seed(encode_text("a prompt"))
     assert output_pieces(seed, 0, 5) == output_pieces(seed, 0, 5)

@@ -63,7 +63,8 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
     assert redis_client.llen(keyspace.USAGE_EVENTS) == 1
     stored = {k.decode(): float(v) for k, v in redis_client.hgetall(keyspace.GATEWAY_COUNTERS).items()}
     assert stored == {"req|interactive|200|chat": 1, "tok|interactive|prompt": 12,
-                      "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3}
+                      "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3,
+                      "usage|pushed": 1}
 
 
 def test_the_flush_still_writes_events_that_carry_the_tier(cast, redis_url, redis_client):

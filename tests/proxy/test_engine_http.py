@@ -251,3 +251,69 @@ async def test_a_client_that_falls_behind_pauses_the_engine_and_still_gets_it_al
 async def test_only_plain_http_engines_are_spoken_to():
     with pytest.raises(httpx.UnsupportedProtocol):
         await post("https://engine.example")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("Authorization", "Bearer engine-key\r\nX-Injected: yes"),
+        ("Authorization", "Bearer engine-key\nX-Injected: yes"),
+        ("Authorization", "Bearer engine-key\x00"),
+        ("X-Injected\r\nX-Other", "1"),
+    ],
+    ids=["crlf-value", "lf-value", "nul-value", "crlf-name"],
+)
+async def test_a_header_that_would_break_its_line_is_refused_before_anything_is_sent(serve, name, value):
+    async def answer(exchange: Exchange) -> None:
+        await exchange.send(whole(b"{}"))
+
+    server = await serve(answer)
+    with pytest.raises(httpx.LocalProtocolError) as refused:
+        await engine_http.post(server.url, "/v1/chat/completions", b"{}", {name: value},
+                               connect_timeout=2.0, read_timeout=5.0)
+    assert "engine-key" not in str(refused.value)  # the error never quotes what may be a secret
+    assert server.connections == 0 and server.exchanges == []
+
+
+async def test_response_headers_past_the_cap_are_refused_and_the_connection_dropped(serve):
+    hung_up = asyncio.Event()
+    sent = 0
+
+    async def answer(exchange: Exchange) -> None:
+        nonlocal sent
+        await exchange.send(b"HTTP/1.1 200 OK\r\nx-filler: ")
+        try:
+            for _ in range(4 * 1024):  # 64 MiB of one header, unless the client hangs up first
+                await exchange.send(b"a" * 16 * 1024)
+                sent += 16 * 1024
+        except ConnectionError:
+            pass
+        hung_up.set()
+
+    server = await serve(answer)
+    with pytest.raises(engine_http.ResponseTooLarge):
+        await post(server.url)
+    await asyncio.wait_for(hung_up.wait(), timeout=10)
+    assert sent < 32 * 1024 * 1024  # what the sockets' buffers took before the hang-up, at most
+
+
+async def test_a_body_read_whole_past_the_cap_is_refused_but_a_stream_of_it_is_relayed(serve):
+    payload = b"x" * (1024 * 1024)
+
+    async def answer(exchange: Exchange) -> None:
+        await exchange.send(whole(payload))
+
+    server = await serve(answer)
+
+    async def capped(limit: int) -> engine_http.EngineResponse:
+        return await engine_http.post(
+            server.url, "/v1/chat/completions", b"{}", {}, connect_timeout=2.0, read_timeout=5.0,
+            max_response_bytes=limit,
+        )
+
+    with pytest.raises(engine_http.ResponseTooLarge):
+        await (await capped(64 * 1024)).aread()
+    assert await (await capped(len(payload))).aread() == payload  # exactly the cap is allowed
+    streamed = b"".join([chunk async for chunk in (await capped(64 * 1024)).aiter_raw()])
+    assert streamed == payload  # a stream is handed over piece by piece and never held whole
+    assert server.connections == 2  # the refused answer's connection was closed, not reused

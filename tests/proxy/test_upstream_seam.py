@@ -44,3 +44,29 @@ async def test_a_plain_http_engine_is_reached_through_the_lean_client():
     assert isinstance(refused.value.__cause__, httpx.ConnectError)
     assert asyncio.get_running_loop() not in engine_client._clients  # httpx was never needed
     await engine_client.aclose()
+
+
+async def test_a_tls_engines_answer_read_whole_is_capped_with_or_without_a_length(settings):
+    settings.GP_MAX_ENGINE_RESPONSE_BYTES = 4096
+
+    async def unannounced():
+        for _ in range(64):
+            yield b"x" * 1024
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/announced":
+            return httpx.Response(200, content=b"x" * 8192)  # content-length says it at once
+        if request.url.path == "/unannounced":
+            return httpx.Response(200, content=unannounced())  # counted as it arrives
+        return httpx.Response(200, content=b"x" * 4096)
+
+    engine_client._clients[asyncio.get_running_loop()] = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    target = replica("tls", base_url="https://engine.internal:8443")
+    for path in ("/announced", "/unannounced"):
+        response = await engine_client.open_stream(target, path, b"{}", "req-1")
+        with pytest.raises(ApiError) as refused:
+            await engine_client.read_whole(response, target)
+        assert (refused.value.status, refused.value.code) == (502, "engine_response_too_large")
+    response = await engine_client.open_stream(target, "/at-the-cap", b"{}", "req-2")
+    assert await engine_client.read_whole(response, target) == b"x" * 4096
+    await engine_client.aclose()

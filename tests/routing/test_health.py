@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fairness.gateway import health_probes
 from fairness.scheduling import health
+from fairness.store import keyspace
 from tests.conftest import free_port
 from tests.polling import async_wait_for
 from tests.routing.conftest import replica
@@ -77,3 +78,39 @@ async def test_only_one_process_probes_per_interval(aredis, health_server):
     assert await health_probes.probe_if_due(aredis, [target], interval=60) == {"r0": True}
     assert await health_probes.probe_if_due(aredis, [target], interval=60) is None
     assert health_server.probes == 1
+
+
+async def test_one_callers_failures_never_mark_a_replica_down(aredis):
+    for _ in range(10):
+        assert not await health.record_failure(aredis, R0, caller="7")
+    assert await health.healthy(aredis, NAMES) == {"r0", "r1"}
+
+
+async def test_failures_of_three_callers_mark_the_replica_down_and_start_a_new_count(aredis):
+    assert not await health.record_failure(aredis, R0, "1")
+    assert not await health.record_failure(aredis, R0, "2")
+    assert not await health.record_failure(aredis, R1, "3")  # another replica's failures are its own
+    assert not await health.record_failure(aredis, R0, "2")  # a caller counts once
+    assert await health.record_failure(aredis, R0, "3", cooldown=60)
+    assert await health.healthy(aredis, NAMES) == {"r1"}
+    assert not await aredis.exists(keyspace.health_failures(R0.name, R0.base_url))
+
+
+async def test_only_failures_within_the_window_count(aredis):
+    failures = keyspace.health_failures(R0.name, R0.base_url)
+    await health.record_failure(aredis, R0, "1", window=1.0)
+    first = await aredis.zscore(failures, "1")
+
+    def redis_clock_past(ms: float):
+        async def past() -> bool:
+            seconds, micros = await aredis.time()
+            return seconds * 1000 + micros // 1000 > ms
+
+        return past
+
+    await async_wait_for(redis_clock_past(first + 500), timeout=5, what="half a window")
+    await health.record_failure(aredis, R0, "2", window=1.0)  # keeps the count alive
+    await async_wait_for(redis_clock_past(first + 1000), timeout=5, what="the first failure to age out")
+    assert not await health.record_failure(aredis, R0, "3", window=1.0)
+    assert await aredis.zrange(failures, 0, -1) == [b"2", b"3"]
+    assert 0 < await aredis.pttl(failures) <= 1000  # gone a window after the last failure

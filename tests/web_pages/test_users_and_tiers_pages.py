@@ -29,10 +29,10 @@ def test_a_user_created_with_a_password_can_sign_in(staff_client, cast):
 
 
 def test_a_user_created_without_a_password_goes_through_the_set_password_step(staff_client, cast):
-    response = staff_client.post("/staff/users/new/", {"username": "eve", "is_staff": "on"})
+    response = staff_client.post("/staff/users/new/", {"username": "eve"})
     assert response["Location"] == "/staff/users/eve/password/"
     eve = User.objects.get(username="eve")
-    assert eve.is_staff and not eve.has_usable_password()
+    assert not eve.is_staff and not eve.has_usable_password()
     assert "no password" in staff_client.get("/staff/users/").content.decode()
 
     too_short = staff_client.post("/staff/users/eve/password/", {"new_password1": "short", "new_password2": "short"})

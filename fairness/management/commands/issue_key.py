@@ -48,10 +48,13 @@ class Command(AuditedCommand):
             except ValidationError as exc:
                 raise CommandError(f"--user: {' '.join(exc.messages)}") from None
         actor = self.actor()
-        with transaction.atomic():  # no new user without the key it was created for
-            if owner is None:  # created
-                owner = actions.create_user(actor, user)
-            key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days))
+        try:
+            with transaction.atomic():  # no new user without the key it was created for
+                if owner is None:  # created
+                    owner = actions.create_user(actor, user)
+                key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days))
+        except ValidationError as exc:  # a deactivated owner
+            raise CommandError(" ".join(exc.messages)) from None
         if created:
             self.stdout.write(f"Created user {user}.")
         self.stdout.write(f"Issued key {key.prefix}… for {user} on tier {tier}. Store the secret now:")
