@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -69,7 +70,27 @@ class Tier(models.Model):
         return "; ".join(parts)
 
 
-class ApiKey(models.Model):
+class Credential:
+    """What API keys and admin tokens share: a visible prefix, an expiry and a revocation."""
+
+    prefix: str
+    owner: Any
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.owner})"
+
+    def is_expired(self, now: dt.datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])  # type: ignore[attr-defined]
+
+
+class ApiKey(Credential, models.Model):
     """A client credential. Only the SHA-256 of the secret is stored."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="api_keys")
@@ -86,16 +107,6 @@ class ApiKey(models.Model):
         ordering = ["-created_at"]
         verbose_name = "API key"
 
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.owner})"
-
-    def is_expired(self, now: dt.datetime | None = None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
-
-    def revoke(self) -> None:
-        if self.revoked_at is None:
-            self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])
 
 
 def validate_engine_url(value: str) -> None:
@@ -326,7 +337,7 @@ class AdminTokenQuerySet(models.QuerySet["AdminToken"]):
         return self.select_related("owner")
 
 
-class AdminToken(models.Model):
+class AdminToken(Credential, models.Model):
     """A credential for the admin JSON API, for scripts; stored hashed like API keys."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="admin_tokens")
@@ -342,13 +353,3 @@ class AdminToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.owner})"
-
-    def is_expired(self, now: dt.datetime | None = None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
-
-    def revoke(self) -> None:
-        if self.revoked_at is None:
-            self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])

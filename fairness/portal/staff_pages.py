@@ -99,21 +99,30 @@ def _get_alert_for_user(user: User, alert_id: int) -> SaturationAlert:
     return get_object_or_404(SaturationAlert, pk=alert_id)
 
 
-@sensitive_variables("secret")
-def _secret_page(request: HttpRequest, key: ApiKey, secret: str, rotated: ApiKey | None = None) -> HttpResponse:
-    response = render(request, "staff/key_secret.html", {"key": key, "secret": secret, "rotated": rotated})
-    add_never_cache_headers(response)  # no browser cache or proxy may keep a copy
+@sensitive_variables("context")
+def secret_page(request: HttpRequest, template: str, **context: object) -> HttpResponse:
+    """The one page that shows a secret: never cached by a browser or a proxy."""
+    response = render(request, template, context)
+    add_never_cache_headers(response)
     return response
 
 
-def _already_done(request: HttpRequest, made: str) -> HttpResponse:
+def already_done(request: HttpRequest, made: str, what: str, lost_secret: str, listing: str) -> HttpResponse:
     """A form sent again (a reload of the secret page, a double click): nothing new is made."""
     if made:
-        messages.info(request, f"That form was already sent and made key {made}…; nothing new was issued. "
-                               "Its secret was shown once: if it was not copied, rotate the key.")
+        messages.info(request, f"That form was already sent and made {what} {made}…; nothing new was issued. "
+                               f"Its secret was shown once: if it was not copied, {lost_secret}.")
     else:
         messages.info(request, "That form is already being handled; nothing new was issued.")
-    return redirect("staff-keys")
+    return redirect(listing)
+
+
+def _secret_page(request: HttpRequest, key: ApiKey, secret: str, rotated: ApiKey | None = None) -> HttpResponse:
+    return secret_page(request, "staff/key_secret.html", key=key, secret=secret, rotated=rotated)
+
+
+def _already_done(request: HttpRequest, made: str) -> HttpResponse:
+    return already_done(request, made, "key", "rotate the key", "staff-keys")
 
 
 # -- keys ---------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_safe
 
@@ -23,7 +22,7 @@ from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import IssueAdminTokenForm
 from fairness.portal.signed_in import SignedInRequest
-from fairness.portal.staff_pages import staff_required
+from fairness.portal.staff_pages import already_done, secret_page, staff_required
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -40,21 +39,12 @@ def _get_token_for_user(user: User, prefix: str) -> AdminToken:
     return get_object_or_404(AdminToken.objects.for_listing(), prefix=prefix)
 
 
-@sensitive_variables("secret")
 def _secret_page(request: HttpRequest, token: AdminToken, secret: str) -> HttpResponse:
-    response = render(request, "staff/token_secret.html", {"token": token, "secret": secret})
-    add_never_cache_headers(response)  # no browser cache or proxy may keep a copy
-    return response
+    return secret_page(request, "staff/token_secret.html", token=token, secret=secret)
 
 
 def _already_done(request: HttpRequest, made: str) -> HttpResponse:
-    """The form sent again (a reload of the secret page, a double click): nothing new is made."""
-    if made:
-        messages.info(request, f"That form was already sent and made admin token {made}…; nothing new was issued. "
-                               "Its secret was shown once: if it was not copied, revoke that token and issue another.")
-    else:
-        messages.info(request, "That form is already being handled; nothing new was issued.")
-    return redirect("staff-tokens")
+    return already_done(request, made, "admin token", "revoke that token and issue another", "staff-tokens")
 
 
 @staff_required
