@@ -78,7 +78,10 @@ class GatewayRuntime:
             client, lane=self.lane, lease_ttl=ttl, reserve_slots=config.reserve_slots,
             recheck_seconds=min(1.0, ttl / 3),
         )  # fmt: skip
-        self.load = routing.LoadBook(client, lane=self.lane)
+        # The load counts mirror the leases: they must not outlive a dead process's leases, or
+        # routers would steer around slots admission already gave back.
+        load_ttl = min(routing.DEFAULT_LOAD_TTL, ttl)
+        self.load = routing.LoadBook(client, lane=self.lane, ttl=load_ttl)
         self.large_bodies = LargeBodyGate()
         self.directory: ReplicaDirectory | None = None
         self._capacity: dict[str, int] = {}

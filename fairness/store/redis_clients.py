@@ -1,4 +1,10 @@
-"""Shared Redis clients: one async client per event loop, one sync client per process."""
+"""Shared Redis clients: one async client per event loop, one sync client per process.
+
+A pooled connection that died with Redis (a restart, a failover) is only found dead when it is
+next used: each command is tried once more on a fresh connection after a connection error, so
+once Redis answers again no request fails for it. Timeouts are not retried: the command may have
+run.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,11 @@ import weakref
 
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.retry
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
     weakref.WeakKeyDictionary()
@@ -22,8 +32,9 @@ def redis_async() -> redis.asyncio.Redis:
     if client is None:
         # A burst beyond the pool waits for a free connection instead of failing.
         pool = redis.asyncio.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, max_connections=512, timeout=10
-        )
+            settings.REDIS_URL, max_connections=512, timeout=10,
+            retry=redis.asyncio.retry.Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError],
+        )  # fmt: skip
         client = redis.asyncio.Redis(connection_pool=pool)
         _async_clients[loop] = client
     return client
@@ -31,7 +42,9 @@ def redis_async() -> redis.asyncio.Redis:
 
 @functools.cache
 def _sync_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(
+        url, retry=redis.retry.Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError]
+    )
 
 
 def redis_sync() -> redis.Redis:
