@@ -27,7 +27,7 @@ from tests.gateway_process import GatewayProcess
 from tests.polling import async_wait_for, wait_for
 
 STEP_MS = 100  # one token per sequence every 0.1 s however full the batch: streams of known length
-SHORT = 25  # tokens: a stream of 2.5 s
+SHORT = 40  # tokens: a stream of 4 s, long enough to still run while a loaded box drains
 LONG = 600  # tokens: a minute, far past any grace period here
 LEASE_TTL = 60.0  # a slot that came back only by expiring would take this long
 GRACE = 1.0
