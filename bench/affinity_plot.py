@@ -56,14 +56,11 @@ async def sample_routing(redis_url: str, names: Sequence[str], out: Samples) -> 
     """The gateway's in-flight counts per replica (what bounded load reads) every 20 ms."""
     import redis.asyncio
 
-    from fairness.scheduling import routing
-    from fairness.store import keyspace
-
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
         while True:
-            counts = await client.eval(routing.SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
-            out.append((load.now(), [int(c) for c in counts]))
+            counts = await client.hmget(_replica_counts_key(), list(names))
+            out.append((load.now(), [int(c or 0) for c in counts]))
             await asyncio.sleep(0.02)
     finally:
         await client.aclose()
@@ -73,16 +70,19 @@ async def gateway_leftovers(p: Portal, names: Sequence[str]) -> dict[str, Any]:
     """Leases and routing counts still held after the last client left: both must be zero."""
     import redis.asyncio
 
-    from fairness.scheduling import routing
-    from fairness.store import keyspace
-
     leases = await load.admission_settled(p.redis_url, "gp", timeout=5.0)
     client = redis.asyncio.Redis.from_url(p.redis_url)
     try:
-        counts = await client.eval(routing.SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
+        counts = await client.hmget(_replica_counts_key(), list(names))
     finally:
         await client.aclose()
-    return {"leases": leases, "routing_in_flight": dict(zip(names, map(int, counts), strict=True))}
+    return {"leases": leases, "routing_in_flight": {n: int(c or 0) for n, c in zip(names, counts, strict=True)}}
+
+
+def _replica_counts_key() -> str:
+    from fairness.store import keyspace
+
+    return keyspace.ADMISSION_NAMESPACE + keyspace.ADMISSION_IN_FLIGHT_BY_REPLICA
 
 
 def cpu_seconds(p: Portal) -> dict[str, float]:

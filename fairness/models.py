@@ -200,6 +200,8 @@ class UsageRecord(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["key", "created_at"])]
+        # One row per request: the gateway may push an event again (telemetry/usage.py).
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="usage_one_row_per_request")]
 
     def __str__(self) -> str:
         return f"{self.request_id} ({self.status})"

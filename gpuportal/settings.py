@@ -239,6 +239,12 @@ GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 # and counted (gpuportal_usage_events_dropped_total, and an alert): without a worker the list
 # would otherwise grow until Redis runs out of memory. About 0.5 KB each.
 GP_USAGE_BACKLOG_MAX = envint("GP_USAGE_BACKLOG_MAX", 1_000_000)
+# Usage events a gateway process keeps while Redis cannot take them, retried until it can; beyond
+# this many the oldest are dropped and counted (gpuportal_usage_outbox_dropped_total).
+GP_USAGE_OUTBOX_MAX = envint("GP_USAGE_OUTBOX_MAX", 100_000)
+# How long a gateway process remembers the usage events Redis took, to push them again if Redis
+# restarts empty before the flush task (every GP_USAGE_FLUSH_SECONDS) has drained them.
+GP_USAGE_RETAIN_SECONDS = envfloat("GP_USAGE_RETAIN_SECONDS", 30.0)
 # Usage: raw per-request records, and the hourly rows the pages read
 GP_USAGE_RECORDS_DAYS = envfloat("GP_USAGE_RECORDS_DAYS", 30.0)
 GP_USAGE_HOURLY_DAYS = envfloat("GP_USAGE_HOURLY_DAYS", 400.0)

@@ -9,7 +9,7 @@ reads the counters (telemetry/gateway_metrics.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import NotRequired, TypedDict
 
 from django.conf import settings
@@ -29,6 +29,7 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 #   req|tier|status|endpoint   tok|tier|kind   wait|tier|le   waitsum|tier
 #   rej|tier|reason            uperr|replica
 #   usage|pushed   usage|drained   (the usage backlog's books: see usage_commands)
+#   usage|retried  usage|outbox_dropped  usage|repushed   (the per-process outboxes: usage_outbox.py)
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -53,6 +54,9 @@ class UsageEvent(TypedDict):
 
 USAGE_PUSHED = "usage|pushed"
 USAGE_DRAINED = "usage|drained"
+USAGE_RETRIED = "usage|retried"  # events an outbox got into Redis after their first try failed
+USAGE_OUTBOX_DROPPED = "usage|outbox_dropped"  # events an outbox dropped at its bound
+USAGE_REPUSHED = "usage|repushed"  # events pushed again because Redis restarted empty
 
 
 def usage_record(event: UsageEvent) -> Command:
@@ -76,6 +80,21 @@ def usage_commands(event: UsageEvent, backlog_max: int) -> list[Command]:
         usage_record(event),
         ("LTRIM", keyspace.USAGE_EVENTS, -max(1, backlog_max), -1),
         ("HINCRBY", keyspace.GATEWAY_COUNTERS, USAGE_PUSHED, 1),
+        ("EXEC",),
+    ]
+
+
+def usage_batch_commands(
+    events: Sequence[UsageEvent], backlog_max: int, also: Sequence[Command] = ()
+) -> list[Command]:
+    """`usage_commands` for many events at once (one RPUSH, one trim, one count), with `also`
+    (counter bumps) in the same MULTI."""
+    return [
+        ("MULTI",),
+        ("RPUSH", keyspace.USAGE_EVENTS, *(json.dumps(event) for event in events)),
+        ("LTRIM", keyspace.USAGE_EVENTS, -max(1, backlog_max), -1),
+        ("HINCRBY", keyspace.GATEWAY_COUNTERS, USAGE_PUSHED, len(events)),
+        *also,
         ("EXEC",),
     ]
 
@@ -113,10 +132,15 @@ def counter_increments(
 
 def counter_commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
     """This request's counter bumps."""
+    return increment_commands(counter_increments(event, admitted=admitted, refusal=refusal))
+
+
+def increment_commands(fields: Mapping[str, int | float]) -> list[Command]:
+    """Bump counter fields by these amounts."""
     return [
         ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", keyspace.GATEWAY_COUNTERS,
          field, amount)
-        for field, amount in counter_increments(event, admitted=admitted, refusal=refusal).items()
+        for field, amount in fields.items()
     ]  # fmt: skip
 
 

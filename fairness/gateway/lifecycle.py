@@ -1,4 +1,5 @@
-"""One proxied request's life: its admission lease, its replica's load count, its usage record.
+"""One proxied request's life: its admission lease (which holds a slot on one replica), its usage
+record.
 
 `close()` gives back everything the request held and records what happened, exactly once,
 whichever way the request ends (done, engine error, client gone, cancelled).
@@ -23,7 +24,7 @@ from fairness.store.redis_lane import Command, first_error
 log = logging.getLogger(__name__)
 
 
-def demand_of(key: KeyInfo, group: str) -> Demand:
+def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = ()) -> Demand:
     tier = key.tier
     return Demand(
         key_id=str(key.id),
@@ -35,6 +36,7 @@ def demand_of(key: KeyInfo, group: str) -> Demand:
         max_queued_per_key=tier.max_queued_per_key,
         max_wait_seconds=tier.max_queue_wait_seconds,
         group=group,
+        preference=preference,
     )
 
 
@@ -63,37 +65,42 @@ class RequestLifecycle:
             "latency_ms": 0,
             "at": time.time(),
         }
-        self.replica: ReplicaInfo | None = None  # the replica whose load count this request holds
         self.grant: Grant | None = None
         self.refusal: str | None = None  # why admission answered 429, for the rejection count
         self._closed = False
 
-    async def admit(self, demand: Demand) -> None:
-        """Wait for a turn in the ageing queue; 429 when the key queues too much or too long."""
+    async def admit(self, demand: Demand) -> Grant:
+        """Wait for a turn in the ageing queue and a slot on a replica; 429 when the key queues
+        too much or too long."""
         try:
             self.grant = await self.runtime.admission.acquire(demand)
         except QueueFull as exc:
             self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
         except QueueTimeout as exc:
-            self.refusal = "queue_timeout"
-            raise ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after) from None
+            raise self._timed_out(exc) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
+        return self.grant
 
-    def bind(self, replica: ReplicaInfo, routed: bool) -> None:
-        """Send this request to `replica`. When the model has several replicas (`routed`), count
-        it against this one: the routers read the counts. With one there is nothing to choose,
-        and publishing counts nobody reads would cost two Redis writes per request."""
-        self.unbind()
+    async def move(self, failed: ReplicaInfo) -> Grant:
+        """`failed` did not answer this request: wait for a slot on another replica, in the
+        request's old place in line (admission.move)."""
+        assert self.grant is not None
+        waited = time.perf_counter()
+        try:
+            self.grant = await self.runtime.admission.move(self.grant, avoid=failed.name)
+        except QueueTimeout as exc:
+            raise self._timed_out(exc) from None
+        self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
+        return self.grant
+
+    def _timed_out(self, exc: QueueTimeout) -> ApiError:
+        self.refusal = "queue_timeout"
+        return ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after)
+
+    def bind(self, replica: ReplicaInfo) -> None:
+        """This request goes to `replica` (the one its lease holds a slot on)."""
         self.event["replica"] = replica.name
-        if routed:
-            self.replica = replica
-            self.runtime.load.add(replica.name)
-
-    def unbind(self) -> None:
-        if self.replica is not None:
-            replica, self.replica = self.replica, None
-            self.runtime.load.done(replica.name)
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
         """Give back and account, once. The Redis work runs in the background: the client
@@ -101,12 +108,15 @@ class RequestLifecycle:
         if self._closed:
             return
         self._closed = True
-        self.unbind()
         self._finish_event(status, tally)
         self.runtime.in_background(self._settle())
 
     async def _settle(self) -> None:
-        """The lease back and the usage recorded, in one round trip."""
+        """The lease back and the usage recorded, in one round trip. If that fails, the usage
+        waits in the process's outbox, which retries only the accounting: the lease, no longer
+        renewed, expires within a TTL."""
+        outbox = self.runtime.usage_outbox
+        opened = self.runtime.lane.connections_opened  # tells the outbox which Redis took it
         try:
             if self.grant is not None:
                 await self.runtime.admission.release(self.grant, also=self._accounting())
@@ -114,8 +124,12 @@ class RequestLifecycle:
                 error = first_error(await self.runtime.lane.execute(*self._accounting()))
                 if error is not None:
                     raise error
-        except (redis.exceptions.RedisError, OSError):  # not renewed any more: expires in a TTL
-            log.warning("could not settle %s", self.event["request_id"], exc_info=True)
+        except (redis.exceptions.RedisError, OSError):
+            log.warning("could not settle %s; its usage waits in the outbox", self.event["request_id"],
+                        exc_info=True)  # fmt: skip
+            outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal)
+        else:
+            outbox.pushed(self.event, opened)
 
     def _accounting(self) -> list[Command]:
         return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)

@@ -1,9 +1,9 @@
-"""One gateway process's runtime: the key cache, the replica directory, admission, the load book
-and the health loop, with a lifecycle.
+"""One gateway process's runtime: the key cache, the replica directory, admission and the health
+loop, with a lifecycle.
 
 The ASGI lifespan makes it when the server starts and closes it when the server stops: by then
 the server has let the requests in flight finish (uvicorn's graceful shutdown), and closing gives
-back at once whatever this process still holds (leases, tickets, published load counts) instead of
+back at once whatever this process still holds (leases, tickets) instead of
 leaving it to expire with the lease TTL, then closes the pools.
 """
 
@@ -24,7 +24,8 @@ from fairness.gateway import engine_client, health_probes
 from fairness.gateway.api_keys import KeyCache
 from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
-from fairness.scheduling import health, routing
+from fairness.gateway.usage_outbox import UsageOutbox
+from fairness.scheduling import health
 from fairness.scheduling.admission import Admission
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 from fairness.store.config_epoch import EpochWatch
@@ -68,24 +69,25 @@ class GatewayRuntime:
     def __init__(self, config: RuntimeSettings, client: redis.asyncio.Redis) -> None:
         self.config = config
         self.redis = client
-        # One multiplexed connection for every per-request round trip: admission's scripts,
-        # routing's reads, the load book's writes, the accounting.
+        # One multiplexed connection for every per-request round trip: admission's scripts (which
+        # also choose the replica) and the accounting.
         self.lane = RedisLane.like(client)
+        # Usage events Redis could not take yet, or might lose if it restarts empty.
+        self.usage_outbox = UsageOutbox(self.lane)
         self.keys = KeyCache(config.key_cache_seconds)
         self.epoch = EpochWatch(config.epoch_check_seconds)
         ttl = config.lease_ttl
         self.admission = Admission(
             client, lane=self.lane, lease_ttl=ttl, reserve_slots=config.reserve_slots,
-            recheck_seconds=min(1.0, ttl / 3),
+            recheck_seconds=min(1.0, ttl / 3), routing_epsilon=config.routing_epsilon,
+            routing_floor=config.routing_bound_floor, on_unknown_group=self.restate_capacity,
         )  # fmt: skip
-        # The load counts mirror the leases: they must not outlive a dead process's leases, or
-        # routers would steer around slots admission already gave back.
-        load_ttl = min(routing.DEFAULT_LOAD_TTL, ttl)
-        self.load = routing.LoadBook(client, lane=self.lane, ttl=load_ttl)
         self.large_bodies = LargeBodyGate()
         self.directory: ReplicaDirectory | None = None
         self._capacity: dict[str, int] = {}
         self._reload_lock = asyncio.Lock()
+        self._capacity_lock = asyncio.Lock()
+        self._capacity_stated = 0  # how many times sync_capacity has stated it
         self._health_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -113,9 +115,9 @@ class GatewayRuntime:
                 await self._health_task
         if self._background:  # usage and releases on their way to Redis
             await asyncio.wait(self._background, timeout=5)
+        await self.usage_outbox.close()  # a last, bounded try at usage Redis has not taken
         try:
             await self.admission.close()
-            await self.load.close(withdraw=True)
         except (redis.exceptions.RedisError, OSError):
             log.warning("gateway shutdown: Redis unavailable; what this process held expires")
         finally:
@@ -141,32 +143,39 @@ class GatewayRuntime:
         return self.directory
 
     async def sync_capacity(self) -> None:
-        """Offer each deployment's healthy slots to admission: a down replica's are withheld."""
+        """Offer each replica's slots to admission, a down replica's as 0."""
         if self.directory is None:
             return
-        groups = self.directory.groups()
-        up = await health.healthy(self.redis, self.directory.all)
-        capacity = {
-            group: sum(r.max_num_seqs for r in members if r.name in up)
-            for group, members in groups.items()
-        }
-        for group in set(self._capacity) - set(capacity):
-            capacity[group] = 0  # a deployment that no longer exists offers nothing
-        for group, slots in capacity.items():
-            await self.admission.set_capacity(group, slots)
-        self._capacity = {g: s for g, s in capacity.items() if g in groups}
+        async with self._capacity_lock:
+            groups = self.directory.groups()
+            up = await health.healthy(self.redis, self.directory.all)
+            capacity = {
+                group: {r.name: r.max_num_seqs if r.name in up else 0 for r in members}
+                for group, members in groups.items()
+            }
+            for group in set(self._capacity) - set(capacity):
+                capacity[group] = {}  # a deployment that no longer exists offers nothing
+            stale = False
+            for group, replicas in capacity.items():
+                stale |= not await self.admission.set_capacity(group, replicas, self.epoch.seen)
+            if stale:  # the replicas changed since this process read them: reload first
+                self.epoch.recheck()
+                return
+            self._capacity = {g: sum(r.values()) for g, r in capacity.items() if g in groups}
+            self._capacity_stated += 1
+
+    async def restate_capacity(self) -> None:
+        """Admission found a group's capacity missing (Redis restarted empty): state it again.
+        Requests that find it missing together wait for one restatement, not one each."""
+        seen = self._capacity_stated
+        async with self._capacity_lock:
+            if self._capacity_stated != seen:
+                return  # stated by someone else while this one waited
+        await self.sync_capacity()
 
     def has_capacity(self, group: str) -> bool:
         """False when every replica of the deployment is known to be down."""
         return self._capacity.get(group, 1) > 0
-
-    async def plan(self, replicas: list[ReplicaInfo], key: str | None) -> list[ReplicaInfo]:
-        if len(replicas) == 1:
-            return replicas  # nothing to choose: spare the round trip
-        config = self.config
-        return await routing.plan(
-            self.load, replicas, key, config.routing_epsilon, config.routing_bound_floor
-        )
 
     async def replica_failed(self, replica: ReplicaInfo) -> None:
         """Passive health: no new requests for one cooldown, and its slots withdrawn."""
@@ -193,6 +202,7 @@ class GatewayRuntime:
         while True:
             try:
                 if self.directory is not None:
+                    await self.refresh()  # an idle process follows replica changes too
                     await health_probes.probe_if_due(
                         self.redis, self.directory.all, interval, self.config.health_timeout
                     )

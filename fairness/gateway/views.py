@@ -94,11 +94,9 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         runtime, request.request_id, key, endpoint, parsed.model, parsed.stream
     )
     try:
-        await lifecycle.admit(demand_of(key, group))
-        conversation = routing.conversation_key(parsed.payload, request.headers.get(SESSION_HEADER))
-        order = await runtime.plan(replicas, conversation)
+        await lifecycle.admit(demand_of(key, group, _preference(replicas, parsed, request.headers)))
         replica, response = await _forward(
-            order[:2], len(serving) > 1, lifecycle, parsed, body, request.path, request.request_id,
+            {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
             key.tier.engine_priority, caller=str(key.owner_id),
             cache_salt=request_parsing.owner_cache_salt(key.owner_id) if key.tier.isolate_prefix_cache else None,
         )
@@ -121,19 +119,37 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         raise
 
 
+def _preference(
+    replicas: list[ReplicaInfo], parsed: request_parsing.ProxyRequest, headers: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The deployment's replicas in this conversation's order (rendezvous hashing): admission
+    gives the request a slot on the first that has one within the load bound. None to choose
+    from, or no conversation: empty, the least loaded wins."""
+    if len(replicas) == 1:
+        return ()
+    conversation = routing.conversation_key(parsed.payload, headers.get(SESSION_HEADER))
+    if conversation is None:
+        return ()
+    return tuple(r.name for r in routing.preference(replicas, conversation))
+
+
 async def _forward(
-    candidates: list[ReplicaInfo], routed: bool, lifecycle: RequestLifecycle, parsed: request_parsing.ProxyRequest,
+    replicas: dict[str, ReplicaInfo], lifecycle: RequestLifecycle, parsed: request_parsing.ProxyRequest,
     body: bytes, path: str, request_id: str, engine_priority: int, *, caller: str, cache_salt: str | None,
 ) -> tuple[ReplicaInfo, EngineAnswer]:
-    """Send to the first candidate; if it fails before answering anything, once to the next.
+    """Send to the replica the lease holds a slot on; if it fails before answering anything,
+    wait for a slot on another (keeping the place in line) and send there, once.
 
     A refused or reset connection marks the replica down at once. A 5xx or a timeout may be
     this request's own doing (a body that makes the engine fail): it counts against the replica
     only together with other callers' failures (`caller`: the key's owner).
     """
-    for attempt, replica in enumerate(candidates):
-        last = attempt == len(candidates) - 1
-        lifecycle.bind(replica, routed)
+    assert lifecycle.grant is not None
+    grant = lifecycle.grant
+    for attempt in range(2):
+        replica = replicas.get(grant.replica) or await _newly_known(lifecycle.runtime, grant.replica)
+        last = attempt == 1 or len(replicas) == 1
+        lifecycle.bind(replica)
         data = request_parsing.upstream_body(
             parsed, body, engine_priority if replica.priority_policy else None, cache_salt
         )
@@ -145,8 +161,9 @@ async def _forward(
             if exc.code != "upstream_unreachable":
                 raise  # a timeout is a busy engine, not a dead one: no retry
             await lifecycle.runtime.replica_failed(replica)
-            if last:
+            if last or not lifecycle.runtime.has_capacity(grant.demand.group):
                 raise
+            grant = await lifecycle.move(replica)
             continue
         if response.status_code >= 500:
             try:
@@ -156,9 +173,20 @@ async def _forward(
                 raise
             if not last:
                 await response.aclose()
+                grant = await lifecycle.move(replica)
                 continue
         return replica, response
-    raise AssertionError("no candidates")  # the caller always passes at least one
+    raise AssertionError("unreachable: the second attempt is the last")
+
+
+async def _newly_known(runtime: GatewayRuntime, name: str) -> ReplicaInfo:
+    """A replica admission knows and this process's directory does not yet: another process
+    reloaded the replicas first. Reload them too."""
+    directory = await runtime.refresh()
+    for replica in directory.all:
+        if replica.name == name:
+            return replica
+    raise ApiError(503, "The replicas changed while the request waited; retry.", "replicas_changed", retry_after=1)
 
 
 def _streaming(

@@ -29,8 +29,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,11 +45,17 @@ from fairness.store.redis_lane import Command, RedisLane, first_error
 logger = logging.getLogger(__name__)
 
 _LUA_DIR = Path(__file__).with_name("lua")
-_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats")
+_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake")
 # Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
 _MAX_RETRY_AFTER = 30
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
 _TICK_BATCH = 500
+# After Redis restarted empty, grants wait this long (s) so that every gateway process can count
+# its running requests' leases again first: their pub/sub connections broke with Redis, and each
+# upkeeps at once on reconnecting (a few milliseconds).
+RESTART_HOLD_SECONDS = 0.5
+# An upkeep that failed (Redis away) is tried again this soon (s), not a whole interval later.
+_UPKEEP_RETRY_SECONDS = 0.2
 
 
 def _load_scripts() -> dict[str, tuple[str, str]]:
@@ -72,6 +78,10 @@ class Demand:
     max_queued_per_key: int
     max_wait_seconds: float
     group: str  # capacity group (model name) whose engine slots it needs
+    # The group's replicas in this request's order of preference (its conversation's rendezvous
+    # order; empty: none, the least loaded wins), and one to take only if no other has a slot.
+    preference: tuple[str, ...] = ()
+    avoid: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,8 @@ class Grant:
     demand: Demand
     queued_seconds: float
     borrowed: bool  # taken beyond a cap, out of otherwise idle slots
+    replica: str  # the replica whose slot the lease holds: the request goes there
+    enqueued_at: float  # its place in line, kept when it moves to another replica
 
 
 class AdmissionRefused(Exception):
@@ -105,9 +117,14 @@ class _Turn(NamedTuple):
     granted: bool  # False: the ticket vanished (expired while this process stalled); queue again
     borrowed: bool
     queued_seconds: float
+    replica: str
 
 
-_GONE = _Turn(False, False, 0.0)
+_GONE = _Turn(False, False, 0.0, "")
+
+
+def _turn(borrowed: Any, queued: Any, replica: Any) -> _Turn:
+    return _Turn(True, int(borrowed) == 1, float(text(queued)), text(replica))
 
 
 def _check(demand: Demand) -> None:
@@ -140,6 +157,9 @@ class Admission:
         clock: Callable[[], float] = time.time,
         recheck_seconds: float = 1.0,
         lane: RedisLane | None = None,
+        routing_epsilon: float = 0.25,
+        routing_floor: float = 0.375,
+        on_unknown_group: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if not 0 < recheck_seconds <= lease_ttl / 3:
             # Waiting tickets are heartbeated every recheck; they must not expire in between.
@@ -151,6 +171,9 @@ class Admission:
         self._reserve = reserve_slots
         self._clock = clock
         self._recheck = recheck_seconds
+        self._routing = f"{routing_epsilon!r}|{routing_floor!r}"
+        # Redis lost the capacities (restarted empty): this states them again, then acquire retries.
+        self._on_unknown_group = on_unknown_group
         # Tickets live one lease TTL past their last heartbeat, and a lease granted to a ticket
         # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
         # TTLs would drop a dead process's tickets sooner but break that renewal margin.
@@ -165,6 +188,8 @@ class Admission:
         self._held: dict[str, Grant] = {}  # leases the keeper renews
         self._keeper: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._due = False  # upkeep at once (Redis came back), not at the end of the interval
+        self._stated_on: dict[str, int] = {}  # group -> the lane connection that last stated it
         self._pubsub: PubSub | None = None
         self._listener: asyncio.Task[None] | None = None
         self._listen_lock = asyncio.Lock()
@@ -172,21 +197,57 @@ class Admission:
 
     # -- public API -----------------------------------------------------------------------------
 
-    async def set_capacity(self, group: str, slots: int) -> None:
-        """Engine slots of ``group`` (sum of max_num_seqs over healthy enabled replicas)."""
-        if slots < 0 or "|" in group or not group:
-            raise ValueError(f"bad capacity {group!r}={slots}")
-        await self._call("capacity", group, int(slots))
+    async def set_capacity(
+        self, group: str, replicas: Mapping[str, int] | int, epoch: str | None = None
+    ) -> bool:
+        """The engine slots of ``group``, per replica (max_num_seqs; 0 while it is down). A plain
+        number stands for one replica named after the group. ``epoch``: the config epoch the
+        caller read its replicas under; False (and nothing changed) when the epoch has moved on."""
+        slots = {group: replicas} if isinstance(replicas, int) else dict(replicas)
+        bad = not group or "|" in group or any(
+            n < 0 or not name or "|" in name or "," in name for name, n in slots.items()
+        )
+        if bad:
+            raise ValueError(f"bad capacity {group!r}={replicas!r}")
+        pairs = [part for name in sorted(slots) for part in (name, int(slots[name]))]
+        # Stated before, and now over a new connection (or one that broke, so the call opens
+        # one): if Redis lost the group (restarted empty), the script holds its grants.
+        lane = self._lane
+        stated_on = self._stated_on.get(group)
+        restarted = stated_on is not None and (not lane.connected or lane.connections_opened != stated_on)
+        hold = RESTART_HOLD_SECONDS if restarted else 0
+        reply = await self._call(
+            "capacity", group, self._routing, keyspace.CONFIG_EPOCH, epoch or "", hold, *pairs
+        )
+        self._stated_on[group] = self._lane.connections_opened  # the connection that carried it
+        if hold:  # who waited through the hold is granted at its end, not at its next recheck
+            asyncio.get_running_loop().call_later(hold, self._upkeep_now)
+        return int(reply) >= 0
 
     async def acquire(self, demand: Demand) -> Grant:
-        """Wait for a lease. Cancelling the caller removes its ticket at once (or releases the
-        lease it was granted meanwhile). Raises QueueFull or QueueTimeout."""
+        """Wait for a lease on one of the group's replicas. Cancelling the caller removes its
+        ticket at once (or releases the lease it was granted meanwhile). Raises QueueFull or
+        QueueTimeout."""
         _check(demand)
+        return await self._wait_for_lease(demand, uuid.uuid4().hex, self._clock(), moving=False)
+
+    async def move(self, grant: Grant, avoid: str) -> Grant:
+        """The replica of `grant` failed its request before answering: give its slot back and
+        wait for one on another replica (`avoid` only if none other has a slot), in the place in
+        line the request had. It waits like any other request: no replica gets more than its
+        slots, and the wait has the demand's full max_wait_seconds."""
+        self._held.pop(grant.lease_id, None)
+        demand = replace(grant.demand, avoid=avoid)
+        return await self._wait_for_lease(demand, grant.lease_id, grant.enqueued_at, moving=True)
+
+    async def _wait_for_lease(
+        self, demand: Demand, handle: str, enqueued_at: float, *, moving: bool
+    ) -> Grant:
         await self._ensure_listener()
-        handle = uuid.uuid4().hex
-        enqueued_at = self._clock()
-        deadline = enqueued_at + demand.max_wait_seconds
-        max_queued = demand.max_queued_per_key
+        deadline = self._clock() + demand.max_wait_seconds
+        max_queued = -1 if moving else demand.max_queued_per_key  # a moved request was admitted
+        preference = ",".join(demand.preference)
+        stated = False  # whether the group's capacity was stated again during this call
         in_redis = False
         try:
             while True:
@@ -197,11 +258,18 @@ class Admission:
                     "acquire", handle, demand.key_id, demand.tier, demand.group,
                     demand.per_key_cap, "" if demand.pool_cap is None else demand.pool_cap,
                     demand.head_start_seconds, int(demand.borrow), max_queued, enqueued_at,
-                    deadline, self._channel,
+                    deadline, self._channel, preference, demand.avoid, int(moving),
+                    int(self._on_unknown_group is not None and not stated),
                 )  # fmt: skip
                 state = int(reply[0])
+                if state == -2:
+                    assert self._on_unknown_group is not None
+                    await self._on_unknown_group()
+                    stated = True
+                    continue
+                moving = False  # the old lease is given back: a call again must not repeat it
                 if state == 1:
-                    turn = _Turn(True, int(reply[1]) == 1, float(text(reply[2])))
+                    turn = _turn(reply[1], reply[2], reply[3])
                     break
                 if state == -1:
                     in_redis = False
@@ -233,7 +301,7 @@ class Admission:
                     logger.warning("admission: could not withdraw ticket %s", handle, exc_info=True)
             raise
         self._forget(handle)
-        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed)
+        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at)
         self._held[handle] = grant
         self._wake_keeper()
         return grant
@@ -309,7 +377,7 @@ class Admission:
                 self._queued.discard(handle)
                 reply = await self._shielded(self._call("leave", handle, 1))
                 if int(reply[0]) == 1:  # granted just before the deadline: keep it
-                    return _Turn(True, int(reply[1]) == 1, float(text(reply[2])))
+                    return _turn(reply[1], reply[2], reply[3])
                 return None
             await asyncio.wait([future], timeout=min(remaining, self._recheck))
         return future.result()
@@ -341,25 +409,33 @@ class Admission:
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
         assert self._pubsub is not None
+        reconnecting = False
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=None)
             except asyncio.CancelledError:
                 raise
             except Exception:  # redis-py reconnects and resubscribes on the next read
-                logger.warning("admission pub/sub read failed; retrying", exc_info=True)
-                await asyncio.sleep(1.0)
+                if not reconnecting:
+                    logger.warning("admission pub/sub read failed; retrying", exc_info=True)
+                reconnecting = True
+                await asyncio.sleep(_UPKEEP_RETRY_SECONDS)
                 continue
+            if reconnecting:
+                # Redis is back, perhaps empty: upkeep now, so that this process's leases count
+                # again (retake) within the restart hold, and its lost tickets queue again.
+                reconnecting = False
+                self._upkeep_now()
             if message is None:
                 continue
             if message["type"] == "subscribe":
                 subscribed.set()
             elif message["type"] == "message":
-                handle, queued, borrowed = text(message["data"]).split("|")
+                handle, queued, borrowed, replica = text(message["data"]).split("|")
                 self._queued.discard(handle)
                 future = self._waiters.get(handle)
                 if future is not None and not future.done():
-                    future.set_result(_Turn(True, borrowed == "1", float(queued)))
+                    future.set_result(_turn(borrowed, queued, replica))
 
     # -- keeper ---------------------------------------------------------------------------------
 
@@ -377,23 +453,30 @@ class Admission:
         if not self._held and not self._queued:
             self._kick.set()
 
+    def _upkeep_now(self) -> None:
+        if self._held or self._queued:
+            self._due = True
+            self._wake_keeper(sooner=True)
+
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
         while self._queued or self._held:
             interval = self._recheck if self._queued else self._ttl / 3
-            delay = last + interval - loop.time()
+            delay = 0.0 if self._due else last + interval - loop.time()
             if delay > 0:
                 self._kick.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await self._kick.wait()
                 continue
+            self._due = False
             last = loop.time()
             try:
                 await self._tick()
             except (RedisError, OSError):
                 logger.warning("admission upkeep failed; retrying", exc_info=True)
+                last = loop.time() - interval + _UPKEEP_RETRY_SECONDS
 
     async def _tick(self) -> None:
         leases, tickets = list(self._held), list(self._queued)
@@ -407,18 +490,33 @@ class Admission:
 
     async def _tick_batch(self, leases: list[str], tickets: list[str]) -> None:
         lost, news = await self._call("tick", len(leases), *leases, *tickets)
-        for handle in map(text, lost):
-            if self._held.pop(handle, None) is not None:
-                logger.warning("lease %s expired before it was renewed (process stalled?)", handle)
-        for i in range(0, len(news), 4):
+        if lost:
+            await self._retake([text(handle) for handle in lost])
+        for i in range(0, len(news), 5):
             handle = text(news[i])
             if handle not in self._queued:
                 continue  # settled meanwhile
             self._queued.discard(handle)
-            turn = _Turn(True, int(news[i + 2]) == 1, float(text(news[i + 3])))
             future = self._waiters.get(handle)
             if future is not None and not future.done():
-                future.set_result(turn if int(news[i + 1]) == 1 else _GONE)
+                granted = int(news[i + 1]) == 1
+                future.set_result(_turn(news[i + 2], news[i + 3], news[i + 4]) if granted else _GONE)
+
+    async def _retake(self, handles: list[str]) -> None:
+        """Leases found missing at renewal whose requests still run: Redis restarted empty, or
+        this process stalled past the TTL. The engine is still busy with them, so they count
+        again (even above a cap) until they end, and the next grants wait for them."""
+        grants = [self._held[handle] for handle in handles if handle in self._held]
+        if not grants:
+            return
+        logger.warning("%d lease(s) were missing at renewal; counting them again", len(grants))
+        await self._send(*(
+            self._eval(
+                "retake", g.lease_id, g.demand.key_id, g.demand.tier, g.demand.group, g.replica,
+                int(g.borrowed), g.enqueued_at,
+            )
+            for g in grants
+        ))  # fmt: skip
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -27,10 +27,16 @@ class KeyStats(TypedDict):
     queued: int
 
 
+class ReplicaStats(TypedDict):
+    capacity: int  # slots it offers now: 0 while down
+    in_flight: int  # leases running on it
+
+
 class Stats(TypedDict):
     groups: dict[str, GroupStats]
     tiers: dict[str, TierStats]
     keys: dict[str, KeyStats]
+    replicas: dict[str, ReplicaStats]
     longest_wait: float
 
 
@@ -44,8 +50,8 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 
 def parse_stats(reply: list[Any], now: float) -> Stats:
     """The stats script's reply as counts per capacity group, tier and key."""
-    cap, gin, gq, kin, kq, pin, pbin, pq = (_pairs(part) for part in reply[:8])
-    oldest = {pool: now - float(at) for pool, at in _pairs(reply[8]).items()}
+    cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin = (_pairs(part) for part in reply[:10])
+    oldest = {pool: now - float(at) for pool, at in _pairs(reply[10]).items()}
     groups: dict[str, GroupStats] = {
         g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
             "queued": int(gq.get(g, 0))}
@@ -60,8 +66,12 @@ def parse_stats(reply: list[Any], now: float) -> Stats:
         k: {"in_flight": int(kin.get(k, 0)), "queued": int(kq.get(k, 0))}
         for k in sorted({*kin, *kq})
     }
+    replicas: dict[str, ReplicaStats] = {
+        r: {"capacity": int(rcap.get(r, 0)), "in_flight": int(rin.get(r, 0))}
+        for r in sorted({*rcap, *rin})
+    }
     longest = max((t["longest_wait"] for t in tiers.values()), default=0.0)
-    return {"groups": groups, "tiers": tiers, "keys": keys, "longest_wait": longest}
+    return {"groups": groups, "tiers": tiers, "keys": keys, "replicas": replicas, "longest_wait": longest}
 
 
 def key_load(client: redis.Redis) -> dict[int, tuple[int, int]]:

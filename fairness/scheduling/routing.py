@@ -15,40 +15,26 @@ removing one of N moves only the ~1/N of conversations it takes or held. Bounded
 et al.) skips a replica that would exceed ceil((1 + ε) · (in flight + 1) / N) or has no free slot
 for the next in the key's order; all skipped, the least loaded by in_flight / max_num_seqs wins.
 
-Load: each gateway process owns a hash (keyspace.load_counts: replica -> count) whose TTL its
-heartbeat renews while it has anything in flight; keyspace.LOAD_PROCESSES lists the processes.
-A snapshot sums the live hashes and forgets expired ones, so a SIGKILLed gateway's counts vanish
-within one TTL with nobody cleaning up after it. The counts only steer; admission's leases are
-the hard caps, so a transient miscount of one costs a slightly worse choice, nothing more.
+Where it runs: admission applies the rule in Redis when it grants a lease (choose_replica in
+lua/lib.lua), over every replica's leases in flight, so the lease and the replica's slot are one
+atomic step: no replica is ever sent more than its slots, however many gateway processes route,
+and the counts end with the leases. `choose` below is the same rule in Python, its specification:
+tests check the script against it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
-import logging
 import math
-import uuid
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from fairness.scheduling import health
 from fairness.scheduling.directory import ReplicaInfo
-from fairness.store import keyspace
-from fairness.store.redis_lane import RedisLane, first_error
-
-log = logging.getLogger(__name__)
 
 PROMPT_PREFIX_CHARS = 256
 DEFAULT_EPSILON = 0.25
 DEFAULT_BOUND_FLOOR = 0.375
-DEFAULT_LOAD_TTL = 10.0
 
 
 # -- conversation key ---------------------------------------------------------------------------
@@ -162,179 +148,3 @@ def choose(
     # sorted() is stable: among equally loaded replicas the key's own order still decides.
     rest = sorted((r for r in order if r.name not in taken), key=utilisation)
     return fits + rest
-
-
-async def plan(
-    book: LoadBook,
-    replicas: Sequence[ReplicaInfo],
-    key: str | None,
-    epsilon: float = DEFAULT_EPSILON,
-    floor: float = DEFAULT_BOUND_FLOOR,
-) -> list[ReplicaInfo]:
-    """`choose` over the healthy replicas with the shared load, in one Redis round trip.
-    All marked down, all are tried: the marks may be stale (a probe timing out under load).
-
-    This process's own counts come from memory, not from its published copy: requests that
-    arrive together must see each other, or a burst would all pick the same replica."""
-    names = [r.name for r in replicas]
-    if not names:
-        return []
-    # EVAL, not EVALSHA: the script would have to be loaded first after every Redis restart, and
-    # Redis caches the compiled script by its text anyway.
-    marks, counts = await book.lane.execute(
-        ("MGET", *(health.key(r) for r in replicas)),
-        ("EVAL", SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, book.process_id, *names),
-    )
-    error = first_error([marks, counts])
-    if error is not None:
-        raise error
-    up = health.from_marks(replicas, marks)
-    candidates = [r for r in replicas if r.name in up] or list(replicas)
-    load = {name: int(count) + book.local[name] for name, count in zip(names, counts, strict=True)}
-    return choose(candidates, key, load, epsilon, floor)
-
-
-# -- shared in-flight counts --------------------------------------------------------------------
-
-# KEYS[1] the routing namespace (keyspace.ROUTING_NAMESPACE); ARGV[1] a process id to leave out ("" for none), ARGV[2..]
-# the replica names. Returns each name's in-flight count summed over the other live processes,
-# and drops the expired ones from KEYS[1].."inflight-procs".
-SNAPSHOT_LUA = """
-local procs = KEYS[1] .. 'inflight-procs'
-local names = {unpack(ARGV, 2)}
-local totals = {}
-for i = 1, #names do totals[i] = 0 end
-for _, proc in ipairs(redis.call('SMEMBERS', procs)) do
-  local hash = KEYS[1] .. 'inflight:' .. proc
-  if redis.call('EXISTS', hash) == 0 then
-    redis.call('SREM', procs, proc)
-  elseif proc ~= ARGV[1] then
-    local counts = redis.call('HMGET', hash, unpack(names))
-    for i = 1, #names do totals[i] = totals[i] + (tonumber(counts[i]) or 0) end
-  end
-end
-for i = 1, #names do totals[i] = math.max(totals[i], 0) end
-return totals
-"""
-
-
-class LoadBook:
-    """One per gateway process: its in-flight forwards per replica, published for all of them.
-
-    The in-memory counts are the truth; Redis holds a copy the other processes can read, written
-    in the background after each change (coalesced) and renewed every ttl / 3 while anything
-    is in flight; idle, it sends nothing.
-    """
-
-    def __init__(
-        self, redis: Redis, *, ttl: float = DEFAULT_LOAD_TTL, process_id: str = "",
-        lane: RedisLane | None = None,
-    ) -> None:
-        # Reads and writes go over the process's multiplexed connection when it passes one in.
-        self.lane = lane or RedisLane.like(redis)
-        self._owns_lane = lane is None
-        self.ttl = ttl
-        self.process_id = process_id or uuid.uuid4().hex
-        self.hash = keyspace.load_counts(self.process_id)
-        self.local: Counter[str] = Counter()
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._publisher: asyncio.Task[None] | None = None
-        self._dirty = False
-
-    async def snapshot(self, names: Sequence[str]) -> dict[str, int]:
-        """In-flight forwards per replica over all live gateway processes."""
-        if not names:
-            return {}
-        (counts,) = await self.lane.execute(
-            ("EVAL", SNAPSHOT_LUA, 1, keyspace.ROUTING_NAMESPACE, "", *names)
-        )
-        if isinstance(counts, Exception):
-            raise counts
-        return dict(zip(names, map(int, counts), strict=True))
-
-    def add(self, name: str) -> None:
-        self.local[name] += 1
-        self._changed()
-
-    def done(self, name: str) -> None:
-        if self.local[name] <= 0:
-            return  # released twice: the first release already counted
-        self.local[name] -= 1
-        if not self.local[name]:
-            del self.local[name]
-        self._changed()
-
-    def _changed(self) -> None:
-        """Publish soon, without making the request wait: changes made while a publish is on
-        its way are coalesced into the next one, so a busy process writes far less often than
-        it forwards."""
-        self._dirty = True
-        if self._publisher is None or self._publisher.done():
-            self._publisher = asyncio.get_running_loop().create_task(self._publish())
-        if self.local and (self._heartbeat is None or self._heartbeat.done()):
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat_while_busy())
-
-    async def _publish(self) -> None:
-        while self._dirty:
-            self._dirty = False
-            try:
-                await self.beat()
-            except (RedisError, OSError):
-                log.warning("could not publish the in-flight counts", exc_info=True)
-                return  # the heartbeat retries
-
-    async def beat(self) -> None:
-        """Rewrite the copy from the in-memory counts and renew its TTL.
-
-        Rewriting, not just renewing, heals what increments cannot: a copy that expired while
-        the loop stalled, an add or done cancelled before it reached Redis, a Redis restarted
-        empty. A write racing the rewrite can leave the copy one off until the next beat.
-        """
-        commands: list[tuple[Any, ...]] = [("MULTI",), ("DEL", self.hash)]
-        if self.local:
-            fields = [part for name, count in self.local.items() for part in (name, count)]
-            commands += [
-                ("HSET", self.hash, *fields),
-                ("PEXPIRE", self.hash, _ms(self.ttl)),
-                ("SADD", keyspace.LOAD_PROCESSES, self.process_id),
-            ]
-        replies = await self.lane.execute(*commands, ("EXEC",))
-        error = first_error(replies)
-        if error is not None:
-            raise error
-
-    async def close(self, *, withdraw: bool = False) -> None:
-        """Stop publishing. `withdraw` removes the published counts at once (a clean shutdown);
-        otherwise they expire within one TTL."""
-        for task in (self._heartbeat, self._publisher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._heartbeat = self._publisher = None
-        try:
-            if withdraw:
-                self.local.clear()
-                await self.beat()
-        finally:
-            if self._owns_lane:
-                await self.lane.aclose()
-
-    async def settled(self) -> None:
-        """Wait until the latest counts are published (tests and shutdown)."""
-        while self._publisher is not None and not self._publisher.done():
-            await self._publisher
-
-    async def _beat_while_busy(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self.beat()
-            except (RedisError, OSError):
-                log.warning("could not refresh the in-flight counts; retrying", exc_info=True)
-            if not self.local:
-                return
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))

@@ -34,6 +34,18 @@ class EpochWatch:
         self._seen: object = _UNSEEN
         self._checked_at = float("-inf")
 
+    @property
+    def seen(self) -> str | None:
+        """The epoch as last read (None before the first read, or when none was set)."""
+        seen = self._seen
+        if isinstance(seen, bytes):
+            return seen.decode()
+        return seen if isinstance(seen, str) else None
+
+    def recheck(self) -> None:
+        """Read the epoch again at the next `changed`, however recently it was read."""
+        self._checked_at = float("-inf")
+
     async def changed(self, client: redis.asyncio.Redis) -> bool:
         now = self.clock()
         if now - self._checked_at < self.interval:

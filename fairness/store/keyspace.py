@@ -18,9 +18,11 @@ PREFIX = "gp"
 # layout of those keys is documented in scheduling/lua/lib.lua. Leases and tickets expire with
 # the lease TTL unless renewed; the counters live as long as anything is in flight or queued.
 ADMISSION_NAMESPACE = PREFIX + ":{adm}:"
-# hashes inside the namespace that the pages read: key id -> leases in flight, tickets queued
+# hashes inside the namespace that the pages read: key id -> leases in flight, tickets queued;
+# replica -> leases running on it
 ADMISSION_IN_FLIGHT_BY_KEY = "kin"
 ADMISSION_QUEUED_BY_KEY = "kq"
+ADMISSION_IN_FLIGHT_BY_REPLICA = "rin"
 
 
 def admission_namespace(prefix: str = PREFIX) -> str:
@@ -35,16 +37,8 @@ def grant_channel(namespace: str, process_id: str) -> str:
 
 # -- routing and health (scheduling/routing.py, scheduling/health.py) ---------------------------
 ROUTING_NAMESPACE = PREFIX + ":{rt}:"
-# set of gateway process ids that publish in-flight counts; pruned by the readers
-LOAD_PROCESSES = ROUTING_NAMESPACE + "inflight-procs"
 # string, SET NX with a TTL of one probe interval: whichever process holds it probes the replicas
 HEALTH_PROBE_LOCK = ROUTING_NAMESPACE + "probe-lock"
-
-
-def load_counts(process_id: str) -> str:
-    """Hash replica -> requests one gateway process has in flight there; TTL derived from the
-    lease TTL, renewed while the process has anything in flight."""
-    return f"{ROUTING_NAMESPACE}inflight:{process_id}"
 
 
 def health_verdict(replica_name: str, base_url: str) -> str:
@@ -72,10 +66,18 @@ USAGE_FLUSH_LOCK = PREFIX + ":usage:flush-lock"
 # string, JSON: the dropped-events count the alert check last saw and when it last rose
 # (telemetry/alerts.py); never expires, replaced by each check
 USAGE_DROPS_SEEN = PREFIX + ":usage:drops-seen"
-# hash of the gateway's own counters (requests, tokens, queue-wait buckets, rejections, and the
-# usage list's pushed/drained books), bumped beside each usage event; never expires (a Redis
-# restart resets it, as a counter reset)
+# hash of the gateway's own counters (requests, tokens, queue-wait buckets, rejections, the
+# usage list's pushed/drained books and the outboxes' retried/dropped/repushed counts), bumped
+# beside each usage event; never expires (a Redis restart resets it, as a counter reset)
 GATEWAY_COUNTERS = PREFIX + ":metrics:{gp:usage}"
+# hash gateway process id -> usage events its outbox still holds (gateway/usage_outbox.py),
+# written when a retry reaches Redis with more left, the field deleted once it is empty; the key
+# expires a minute after the last write, so a dead process's field does not linger
+USAGE_OUTBOX_WAITING = PREFIX + ":usage:outbox-waiting"
+# string: a random id, SET NX by the first gateway process that finds it missing
+# (gateway/usage_outbox.py); never expires, so a different id means Redis lost its data
+# (restarted empty) and usage events it held before the flush task drained them must be pushed again
+STORE_BOOT = PREFIX + ":store-boot"
 
 # -- configuration (store/config_epoch.py) ------------------------------------------------------
 # string: a random value replaced after every committed change to keys, tiers, replicas or users

@@ -9,6 +9,18 @@ single connection can carry every request's commands at once: each batch is pack
 are parsed. A connection that breaks fails the batches in flight (as redis-py's exceptions) and
 the next batch opens a new one.
 
+A restarted Redis leaves the old connection looking open until its close is read: a batch written
+there "succeeds", then fails as the close arrives, although Redis is back. So a batch that fails
+because its connection closed, before any of its replies came, is sent once more on a fresh
+connection, but only if that connection was open before the batch: a connection opened for it
+that closes at once means Redis is really down, and the batch fails fast. A timeout (a server that
+does not answer) is never retried. The retry is safe for what the lane carries: if Redis did run
+the batch before closing (a rare CLIENT KILL or crash between execution and reply; a restarted
+server never saw it), admission's scripts are idempotent by handle (a second release or renewal of
+the same lease changes nothing; an acquire sent twice finds its ticket or lease), and a usage
+event sent twice is written once (the flush dedupes by request id, telemetry/usage.py); only the gateway's
+request counters would count such a request twice.
+
 Replies that are errors come back as exception instances in the reply list, not raised: the
 caller decides, e.g. to load a script Redis has forgotten and resend only that command.
 """
@@ -41,6 +53,10 @@ class _Batch:
         self.sent_at = sent_at
 
 
+class _Closed(RedisConnectionError):
+    """The connection closed under the batch (not a timeout, not garbage, not the lane closing)."""
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, lane: RedisLane) -> None:
         self.lane = lane
@@ -70,7 +86,7 @@ class _Protocol(asyncio.Protocol):
             self.fail(RedisConnectionError("Redis sent a reply that does not match any command"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(RedisConnectionError(f"Redis closed the connection: {exc}" if exc else "Redis closed the connection"))
+        self.fail(_Closed(f"Redis closed the connection: {exc}" if exc else "Redis closed the connection"))
 
     def fail(self, error: Exception) -> None:
         self.lost = True
@@ -93,6 +109,9 @@ class RedisLane:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        # Bumped by each new connection: whoever must know that Redis may have restarted since
+        # (the usage outbox) compares it, at no cost to the batches.
+        self.connections_opened = 0
 
     @classmethod
     def like(cls, client: redis.asyncio.Redis) -> RedisLane:
@@ -105,16 +124,34 @@ class RedisLane:
     async def execute(self, *commands: Command) -> list[Any]:
         """Every command's reply, in order; error replies as exception instances."""
         protocol = self._protocol
-        if protocol is None or protocol.lost:
+        fresh = protocol is None or protocol.lost
+        if fresh:
             protocol = await self._connect()
+        assert protocol is not None
+        payload = b"".join([hiredis.pack_command(command) for command in commands])
+        batch = self._send(protocol, payload, len(commands))
+        try:
+            return await batch.future
+        except _Closed:
+            if fresh or batch.replies:  # Redis is down, or it may have run part of the batch
+                raise
+        # The connection died before this batch reached a live server: once more, on a new one.
+        return await self._send(await self._connect(), payload, len(commands)).future
+
+    def _send(self, protocol: _Protocol, payload: bytes, wanted: int) -> _Batch:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Any]] = loop.create_future()
-        protocol.batches.append(_Batch(future, len(commands), time.monotonic()))
+        batch = _Batch(loop.create_future(), wanted, time.monotonic())
+        protocol.batches.append(batch)
         assert protocol.transport is not None
-        protocol.transport.write(b"".join([hiredis.pack_command(command) for command in commands]))
+        protocol.transport.write(payload)
         if self._timeout and self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout, self._check_overdue)
-        return await future
+        return batch
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (as far as the lane has seen)."""
+        return self._protocol is not None and not self._protocol.lost
 
     async def aclose(self) -> None:
         if self._watchdog is not None:
@@ -170,15 +207,17 @@ class RedisLane:
             raise RedisTimeoutError("Timeout connecting to Redis") from exc
         except OSError as exc:
             raise RedisConnectionError(f"Error connecting to Redis: {exc}") from exc
-        hello = []
+        hello: list[Command] = []
         if kwargs.get("password"):
             hello.append(("AUTH", kwargs["username"], kwargs["password"]) if kwargs.get("username")
                          else ("AUTH", kwargs["password"]))
         if kwargs.get("db"):
             hello.append(("SELECT", kwargs["db"]))
         self._protocol = protocol
+        self.connections_opened += 1
         if hello:
-            for reply in await self.execute(*hello):
+            payload = b"".join([hiredis.pack_command(command) for command in hello])
+            for reply in await self._send(protocol, payload, len(hello)).future:
                 if isinstance(reply, Exception):
                     protocol.fail(RedisConnectionError(f"Redis refused the connection set-up: {reply}"))
                     raise reply

@@ -30,7 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from fairness.gateway.accounting import WAIT_BUCKETS
+from fairness.gateway.accounting import USAGE_OUTBOX_DROPPED, USAGE_REPUSHED, USAGE_RETRIED, WAIT_BUCKETS
 from fairness.models import Tier
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
@@ -126,6 +126,29 @@ class GatewayCollector(Collector):
             "Usage events dropped because the backlog reached GP_USAGE_BACKLOG_MAX (no worker "
             "drained it); their requests are missing from the usage pages.",
             value=self.snap.backlog.dropped,
+        )
+        counters = self.snap.counters
+        yield CounterMetricFamily(
+            "gpuportal_usage_outbox_retried",
+            "Usage events a gateway process kept while Redis could not take them, and pushed later.",
+            value=counters.get(USAGE_RETRIED, 0.0),
+        )
+        yield CounterMetricFamily(
+            "gpuportal_usage_outbox_dropped",
+            "Usage events a gateway process dropped because its outbox reached GP_USAGE_OUTBOX_MAX "
+            "while Redis was away (counted once Redis is back); their requests are missing.",
+            value=counters.get(USAGE_OUTBOX_DROPPED, 0.0),
+        )
+        yield CounterMetricFamily(
+            "gpuportal_usage_repushed",
+            "Usage events pushed again because Redis restarted empty before they were flushed.",
+            value=counters.get(USAGE_REPUSHED, 0.0),
+        )
+        yield GaugeMetricFamily(
+            "gpuportal_usage_outbox_waiting",
+            "Usage events gateway processes still hold for Redis, as they last reported it (a "
+            "process reports only when Redis takes a batch, so this shows an outage draining).",
+            value=self.snap.backlog.outbox_waiting,
         )
 
     def _live(self) -> Iterator[Metric]:

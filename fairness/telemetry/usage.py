@@ -4,6 +4,11 @@ The request path never touches the database; a Celery task drains the list. A re
 removed from the list only after its batch is committed, so a crash loses nothing. With no task
 draining it the list keeps only the newest GP_USAGE_BACKLOG_MAX events, and the drops are
 counted (gateway/accounting.py: usage_commands).
+
+A request's event may arrive more than once: the gateway pushes again what a restarted Redis may
+have lost, and retries what it could not tell Redis took (gateway/usage_outbox.py). The flush
+writes one row per request id: the database refuses a second (UsageRecord's unique request_id),
+and each batch leaves out the ids already written, so the hourly rollup counts each once too.
 """
 
 from __future__ import annotations
@@ -32,11 +37,21 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
         raw = client.lrange(keyspace.USAGE_EVENTS, 0, batch_size - 1)
         if not raw:
             return 0
-        events = [json.loads(item) for item in raw]
+        by_id: dict[str, UsageEvent] = {}
+        for item in raw:
+            event = json.loads(item)
+            by_id.setdefault(event["request_id"], event)  # a copy pushed again is left out
+        events = list(by_id.values())
         key_ids = {e["key_id"] for e in events}
         known = set(ApiKey.objects.filter(pk__in=key_ids).values_list("pk", flat=True))
-        rows = [_row(e) for e in events if e["key_id"] in known]  # deleted keys' events drop
         with transaction.atomic():
+            written = set(
+                UsageRecord.objects.filter(request_id__in=[e["request_id"] for e in events])
+                .values_list("request_id", flat=True)
+            )
+            rows = [  # deleted keys' events drop
+                _row(e) for e in events if e["key_id"] in known and e["request_id"] not in written
+            ]
             UsageRecord.objects.bulk_create(rows)
             usage_rollup.add(rows)
             for key_id, at in _last_use_by_key(rows).items():
@@ -55,6 +70,7 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
 class Backlog(NamedTuple):
     queued: int  # events waiting for the flush task
     dropped: int  # events dropped at the cap since Redis started
+    outbox_waiting: int = 0  # events gateway outboxes still hold, as they last reported it
 
 
 async def read_backlog(client: redis.asyncio.Redis) -> Backlog:
@@ -62,8 +78,10 @@ async def read_backlog(client: redis.asyncio.Redis) -> Backlog:
     async with client.pipeline(transaction=True) as pipe:
         pipe.hmget(keyspace.GATEWAY_COUNTERS, [USAGE_PUSHED, USAGE_DRAINED])
         pipe.llen(keyspace.USAGE_EVENTS)
-        (pushed, drained), queued = await pipe.execute()
-    return Backlog(int(queued), dropped_events(int(pushed or 0), int(drained or 0), int(queued)))
+        pipe.hvals(keyspace.USAGE_OUTBOX_WAITING)
+        (pushed, drained), queued, waiting = await pipe.execute()
+    dropped = dropped_events(int(pushed or 0), int(drained or 0), int(queued))
+    return Backlog(int(queued), dropped, sum(int(n) for n in waiting))
 
 
 def _row(event: UsageEvent) -> UsageRecord:

@@ -77,12 +77,14 @@ def test_a_non_streaming_answer_over_the_cap_gets_502_and_leaves_the_replica_up(
         return httpx.post(capped.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
 
     try:
-        assert chat("hello").status_code == 200
+        first = chat("hello")
+        assert first.status_code == 200, first.text
         refused = chat(BIG)
         assert refused.status_code == 502, refused.text
         error = refused.json()["error"]
         assert error["code"] == "engine_response_too_large" and error["type"] == "upstream_error"
         assert "x" * 100 not in refused.text  # none of the engine's answer reaches the client
-        assert chat("hello again").status_code == 200  # that request's failure, not the replica's
+        again = chat("hello again")
+        assert again.status_code == 200, again.text  # that request's failure, not the replica's
     finally:
         capped.stop()

@@ -115,19 +115,3 @@ def test_lightly_loaded_replicas_keep_their_conversations_despite_the_bound():
     # Past the floor the bound applies again.
     load[favourite.name] = 12
     assert choose(replicas, "k", load)[0] != favourite
-
-
-async def test_a_burst_in_one_process_sees_its_own_forwards(aredis, make_replicas):
-    from fairness.scheduling.routing import LoadBook, plan
-
-    replicas = make_replicas(3, max_num_seqs=8)
-    book = LoadBook(aredis)
-    try:
-        chosen = []
-        for _ in range(12):  # arrivals that all plan before any publish could land
-            first = (await plan(book, replicas, "one-session", floor=0))[0]
-            book.add(first.name)
-            chosen.append(first.name)
-        assert max(chosen.count(r.name) for r in replicas) <= 5  # ceil(1.25 * 12 / 3)
-    finally:
-        await book.close()

@@ -63,12 +63,26 @@ def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url)
 
     alice = cast["alice"]
     at = time.time()
-    push(redis_url, event(alice.key_id, queued_ms=0, at=at), event(alice.key_id, queued_ms=700, at=at),
-         event(alice.key_id, status=502, queued_ms=40, at=at))
+    push(redis_url, event(alice.key_id, queued_ms=0, at=at),
+         event(alice.key_id, request_id="req-2", queued_ms=700, at=at),
+         event(alice.key_id, request_id="req-3", status=502, queued_ms=40, at=at))
     usage.flush(redis_client)
-    push(redis_url, event(alice.key_id, queued_ms=20000, at=at))
+    push(redis_url, event(alice.key_id, request_id="req-4", queued_ms=20000, at=at))
     usage.flush(redis_client)
     row = UsageHourly.objects.get(key_id=alice.key_id)
     assert (row.requests, row.errors, row.completion_tokens) == (4, 1, 4 * 34)
     figures = usage_rollup.summary([row])
     assert figures["queue_wait_p50_ms"] == 50 and figures["queue_wait_p95_ms"] == 30000
+
+
+def test_an_event_pushed_again_is_written_and_rolled_up_once(cast, redis_client, redis_url):
+    from fairness.models import UsageHourly
+
+    bob = cast["bob"].key_id
+    push(redis_url, event(bob), event(bob), event(bob, request_id="req-2"))  # twice in one batch
+    assert usage.flush(redis_client) == 2
+    push(redis_url, event(bob), event(bob, request_id="req-3"))  # again after it was written
+    assert usage.flush(redis_client) == 1
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-1", "req-2", "req-3"]
+    assert UsageHourly.objects.get(key_id=bob).requests == 3
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 0

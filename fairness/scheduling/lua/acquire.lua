@@ -4,14 +4,22 @@
 -- ARGV[9]  key cap    ARGV[10] pool cap ("" = none)    ARGV[11] head start (s)   ARGV[12] borrow 0/1
 -- ARGV[13] max queued per key (-1 = no limit)    ARGV[14] enqueued_at    ARGV[15] deadline
 -- ARGV[16] pub/sub channel of the caller's process, where its later grant is announced
--- Returns  {1, borrowed 0/1, queued_seconds}   granted now (no message is published)
+-- ARGV[17] replica preference ("a,b", or "")    ARGV[18] replica to avoid (or "")
+-- ARGV[19] 1 = moving: the handle's lease (whose replica failed the request) is given back and
+--          the request queued again in its old place; 0 = a new request
+-- ARGV[20] 1 = answer {-2} when the group's capacity is unknown (Redis lost it), 0 = queue anyway
+-- Returns  {1, borrowed 0/1, queued_seconds, replica}  granted now (no message is published)
 --          {0, member}                         queued; the grant comes by pub/sub
 --          {-1, retry_after_seconds}           the key already has max queued tickets
+--          {-2}                                the group's capacity is unknown: state it, call again
 local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
 local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local pref, avoid = ARGV[17], ARGV[18]
 QUIET = handle
 reap()
+if ARGV[20] == '1' and redis.call('HEXISTS', NS .. 'cap', group) == 0 then return {-2} end
+if ARGV[19] == '1' then free(handle, true) end
 
 -- The latest demand states the caps; a changed cap changes who is eligible.
 if redis.call('HGET', NS .. 'kcap', key) ~= key_cap then
@@ -28,23 +36,25 @@ pump_dirty()
 -- A retried call (same handle) must not queue or take twice.
 local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
 if existing then return {0, existing} end
-local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at')
+local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
 if leased[1] then
-  return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2]))}
+  return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
 end
 
 -- Fast path. After pumping, an eligible ticket waits only when the group is full, so an empty
 -- l3 with a free slot means nobody is ahead of this demand.
-local cap = num(redis.call('HGET', NS .. 'cap', group))
-local busy = num(redis.call('HGET', NS .. 'gin', group))
-if busy < cap and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
+local free = free_slots(group)
+if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
+  local borrowed = nil
   if key_open(key) and pool_open(pool) then
-    take(handle, key, pool, group, 0, enq, NOW + TTL)
-    return {1, 0, string.format('%.6f', NOW - enq)}
+    borrowed = 0
+  elseif borrow == '1' and free - 1 >= RESERVE and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
+    borrowed = 1
   end
-  if borrow == '1' and busy + 1 <= cap - RESERVE and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
-    take(handle, key, pool, group, 1, enq, NOW + TTL)
-    return {1, 1, string.format('%.6f', NOW - enq)}
+  if borrowed then
+    local replica = choose_replica(group, pref, avoid)
+    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL)
+    return {1, borrowed, string.format('%.6f', NOW - enq), replica}
   end
 end
 
@@ -61,8 +71,9 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
   return {-1, math.max(1, math.ceil((soonest or NOW) - NOW))}
 end
 
-local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline)
+local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
+  avoid)
 pump_dirty()
 local g = GRANTED[handle]
-if g then return {1, g[1], string.format('%.6f', g[2])} end
+if g then return {1, g[1], string.format('%.6f', g[2]), g[3]} end
 return {0, member}

@@ -1,10 +1,37 @@
--- capacity.lua: set a capacity group's engine slots (sum of max_num_seqs over healthy replicas)
--- and grant whatever the new capacity allows.
+-- capacity.lua: set a capacity group's replicas and their engine slots (max_num_seqs; 0 while a
+-- replica is down), and grant whatever the new capacity allows.
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
--- ARGV[5]  group    ARGV[6] slots (integer >= 0)
--- Returns  the group's leases in flight
+-- ARGV[5]  group    ARGV[6] "epsilon|floor" of its bounded-load routing
+-- ARGV[7]  the config epoch's key    ARGV[8] the epoch the caller read its replicas under ("": any)
+-- ARGV[9]  hold (s): when Redis had lost the group (restarted empty), grant nothing for this long,
+--          so the gateway processes first count their running requests' leases again (retake)
+-- ARGV[10..] replica name, slots (integer >= 0), ... (names in a stable order)
+-- Returns  the group's leases in flight, or -1 when the caller's replicas are stale (the epoch
+--          moved on since it read them): a process that has not reloaded yet must not undo the
+--          statement of one that has.
+-- A replica that leaves the group keeps counting its leases until they end; it gets no new ones.
+local group = ARGV[5]
+local epoch = redis.call('GET', ARGV[7])
+if ARGV[8] ~= '' and epoch and epoch ~= ARGV[8] then return -1 end
 reap()
-redis.call('HSET', NS .. 'cap', ARGV[5], ARGV[6])
-DIRTY[ARGV[5]] = true
+if tonumber(ARGV[9]) > 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
+  redis.call('HSET', NS .. 'hold', group, NOW + tonumber(ARGV[9]))
+end
+local names, total = {}, 0
+for i = 10, #ARGV, 2 do
+  names[#names + 1] = ARGV[i]
+  total = total + tonumber(ARGV[i + 1])
+  redis.call('HSET', NS .. 'rcap', ARGV[i], ARGV[i + 1])
+end
+local listed = {}
+for _, name in ipairs(names) do listed[name] = true end
+for _, name in ipairs(replicas_of(group)) do
+  if not listed[name] then redis.call('HDEL', NS .. 'rcap', name) end
+end
+redis.call('HSET', NS .. 'gr', group, table.concat(names, ','))
+redis.call('HSET', NS .. 'route', group, ARGV[6])
+redis.call('HSET', NS .. 'cap', group, total)
+REPLICAS[group] = nil
+DIRTY[group] = true
 pump_dirty()
-return num(redis.call('HGET', NS .. 'gin', ARGV[5]))
+return num(redis.call('HGET', NS .. 'gin', group))

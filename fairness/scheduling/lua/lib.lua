@@ -12,10 +12,15 @@
 --
 -- Layout (names are suffixes of KEYS[1]; k = key id, p = pool/tier, g = capacity group, h = handle):
 --   cap, kcap, pcap              hashes: group capacity, key cap, pool cap (absent = no pool cap)
---   kin, pin, gin, pbin          hashes: leases in flight per key, pool, group; borrowed per pool
+--   rcap, gr, route              hashes: replica -> its slots (0 while down); group -> its replicas
+--                                ("a,b"); group -> "epsilon|floor" of its bounded-load routing
+--   hold                         hash group -> until when it grants nothing (after a restart)
+--   kin, pin, gin, pbin, rin     hashes: leases in flight per key, pool, group, replica; borrowed
+--                                per pool
 --   kq, pq, gq, pgq              hashes: tickets queued per key, pool, group, "p|g"
---   l:h  lx                      lease hash (key pool group b enq at); zset h -> expiry
---   t:h  tx                      ticket hash (m key pool group enq borrow chan deadline);
+--   l:h  lx                      lease hash (key pool group r b enq at); zset h -> expiry
+--   t:h  tx                      ticket hash (m key pool group enq borrow chan deadline pref
+--                                avoid);
 --                                zset h -> expiry (last heartbeat + ticket TTL)
 --   seq                          arrival counter; a ticket's member is "%016d:h" so equal scores
 --                                sort by arrival
@@ -28,6 +33,11 @@
 --   ks:k  pg:p                   sets: "p|g" streams a key has queued; groups a pool has queued
 --   pe:p                         zset h -> enqueued_at, for the longest wait
 -- A grant only ever inspects the head of l3:g (or b:g), so its cost does not grow with the queue.
+--
+-- Every lease holds a slot on one replica, chosen when it is granted (choose_replica), so no
+-- replica is ever given more than its slots, by any number of gateway processes; a group's free
+-- slots are the sum of its replicas' (a replica holding more than its slots, after it shrank or
+-- went down, counts as full, not as negative).
 
 local NS = KEYS[1]
 local NOW = tonumber(ARGV[1])
@@ -54,6 +64,85 @@ end
 local function pool_open(pool)
   local cap = redis.call('HGET', NS .. 'pcap', pool)
   return (not cap) or num(redis.call('HGET', NS .. 'pin', pool)) < num(cap)
+end
+
+local REPLICAS = {}  -- group -> its replica names, read once per call
+
+local function replicas_of(group)
+  local names = REPLICAS[group]
+  if not names then
+    names = {}
+    for name in string.gmatch(redis.call('HGET', NS .. 'gr', group) or '', '[^,]+') do
+      names[#names + 1] = name
+    end
+    REPLICAS[group] = names
+  end
+  return names
+end
+
+-- The group's replicas' slots and leases: name -> number, and the names in order.
+local function replica_load(group)
+  local names = replicas_of(group)
+  local slots, busy = {}, {}
+  if #names > 0 then
+    local caps = redis.call('HMGET', NS .. 'rcap', unpack(names))
+    local ins = redis.call('HMGET', NS .. 'rin', unpack(names))
+    for i, name in ipairs(names) do slots[name] = num(caps[i]); busy[name] = num(ins[i]) end
+  end
+  return names, slots, busy
+end
+
+local function free_slots(group)
+  local hold = redis.call('HGET', NS .. 'hold', group)
+  if hold then
+    if tonumber(hold) > NOW then return 0 end
+    redis.call('HDEL', NS .. 'hold', group)
+  end
+  local names, slots, busy = replica_load(group)
+  local free = 0
+  for _, name in ipairs(names) do free = free + math.max(0, slots[name] - busy[name]) end
+  return free
+end
+
+-- The replica a new lease of `group` runs on, or nil when none has a free slot.
+-- `pref`: the replicas in the request's order of preference ("a,b": its conversation's
+-- rendezvous order), or '' for no preference. Bounded load (Mirrokni et al.): the first in that
+-- order whose load stays within ceil((1 + epsilon) * (in flight + 1) / serving replicas), or
+-- within `floor` x its slots (a lightly loaded replica keeps its conversations: its prefix cache
+-- is worth more than the balance); else the least utilised. `avoid` (a replica that just failed
+-- this request) is taken only when no other has a free slot. routing.choose is the same rule.
+local function choose_replica(group, pref, avoid)
+  local names, slots, busy = replica_load(group)
+  local serving, total = 0, 0
+  for _, name in ipairs(names) do
+    if slots[name] > 0 then serving = serving + 1; total = total + busy[name] end
+  end
+  local order = names
+  if pref ~= '' then
+    local params = redis.call('HGET', NS .. 'route', group) or '0.25|0.375'
+    local epsilon, floor = string.match(params, '^([^|]*)|(.*)$')
+    local bound = math.ceil((1 + tonumber(epsilon)) * (total + 1) / math.max(1, serving) - 1e-9)
+    order = {}
+    for name in string.gmatch(pref, '[^,]+') do
+      if slots[name] then
+        order[#order + 1] = name
+        local fits = math.max(bound, math.floor(tonumber(floor) * slots[name]))
+        if name ~= avoid and busy[name] < slots[name] and busy[name] + 1 <= fits then return name end
+      end
+    end
+  end
+  if order ~= names then  -- then the replicas the preference did not name (a stale directory)
+    for _, name in ipairs(names) do order[#order + 1] = name end
+  end
+  local best, best_use = nil, nil
+  for _, name in ipairs(order) do
+    if name ~= avoid and busy[name] < slots[name] then
+      local use = busy[name] / slots[name]
+      if best_use == nil or use < best_use then best, best_use = name, use end
+    end
+  end
+  if not best and avoid ~= '' and slots[avoid] and busy[avoid] < slots[avoid] then best = avoid end
+  return best
 end
 
 -- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`. `rescored`: the
@@ -136,11 +225,12 @@ local function refresh_pool(pool)
   end
 end
 
-local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline)
+local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
-    'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline)
+    'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
+    'pref', pref, 'avoid', avoid)
   redis.call('ZADD', NS .. 'q:' .. key .. '|' .. pg, enq - head_start, member)
   redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, handle)
   redis.call('ZADD', NS .. 'pe:' .. pool, enq, handle)
@@ -151,10 +241,11 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
   return member
 end
 
--- Remove a waiting ticket; returns {member, key, pool, group, enq, chan} or nil.
+-- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid} or nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. 'tx', handle)
-  local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan')
+  local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan',
+    'pref', 'avoid')
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -172,26 +263,29 @@ local function dequeue(handle)
   return t
 end
 
-local function take(handle, key, pool, group, borrowed, enq, expiry)
+local function take(handle, key, pool, group, replica, borrowed, enq, expiry)
   redis.call('HSET', NS .. 'l:' .. handle, 'key', key, 'pool', pool, 'group', group,
-    'b', borrowed, 'enq', enq, 'at', NOW)
+    'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW)
   redis.call('ZADD', NS .. 'lx', expiry, handle)
-  hincr('kin', key, 1); hincr('pin', pool, 1); hincr('gin', group, 1)
+  hincr('kin', key, 1); hincr('pin', pool, 1); hincr('gin', group, 1); hincr('rin', replica, 1)
   if borrowed == 1 then hincr('pbin', pool, 1) end
   refresh_key(key); refresh_pool(pool)
-  GRANTED[handle] = {borrowed, NOW - enq}
+  GRANTED[handle] = {borrowed, NOW - enq, replica}
 end
 
-local function free(handle)
-  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b')
+-- Give a lease back. `moving`: its request goes straight back to the queue (its replica failed
+-- it), so its key's cap has not really opened and its other waiting tickets gain no rank.
+local function free(handle, moving)
+  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b', 'r')
   redis.call('ZREM', NS .. 'lx', handle)
   if not l[1] then return false end
   redis.call('DEL', NS .. 'l:' .. handle)
   local was_capped = not key_open(l[1])
   hincr('kin', l[1], -1); hincr('pin', l[2], -1); hincr('gin', l[3], -1)
+  if l[5] then hincr('rin', l[5], -1) end
   if l[4] == '1' then hincr('pbin', l[2], -1) end
   DIRTY[l[3]] = true
-  if was_capped then key_cap_opened(l[1]) else refresh_key(l[1]) end
+  if was_capped and not moving then key_cap_opened(l[1]) else refresh_key(l[1]) end
   refresh_pool(l[2])
   return true
 end
@@ -208,24 +302,25 @@ local function grant(member, group)
     return
   end
   local key, pool, group, enq = t[2], t[3], t[4], tonumber(t[5])
+  local replica = choose_replica(group, t[7] or '', t[8] or '')
   -- Borrowed: granted beyond the key's or the pool's cap, out of otherwise idle slots.
   local borrowed = ((not key_open(key)) or (not pool_open(pool))) and 1 or 0
-  take(handle, key, pool, group, borrowed, enq, expiry)
+  take(handle, key, pool, group, replica, borrowed, enq, expiry)
   if handle ~= QUIET then
-    redis.call('PUBLISH', t[6], handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed)
+    redis.call('PUBLISH', t[6],
+      handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed .. '|' .. replica)
   end
 end
 
--- Grant as many tickets of `group` as its free slots allow: eligible tickets first, in score
+-- Grant as many tickets of `group` as its replicas' free slots allow: eligible tickets first, in score
 -- order; borrowers only when no eligible ticket waits and RESERVE slots would stay free.
 local function pump(group)
-  local cap = num(redis.call('HGET', NS .. 'cap', group))
   for _ = 1, 1000 do
-    local busy = num(redis.call('HGET', NS .. 'gin', group))
-    if busy >= cap then return end
+    local free = free_slots(group)
+    if free <= 0 then return end
     local member = head(NS .. 'l3:' .. group)
     if not member then
-      if busy + 1 > cap - RESERVE then return end
+      if free - 1 < RESERVE then return end
       member = head(NS .. 'b:' .. group)
       if not member then return end
     end

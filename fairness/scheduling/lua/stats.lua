@@ -1,11 +1,11 @@
 -- stats.lua: the live counters, after reaping the dead (so a killed process's leases vanish here).
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
--- Returns  {cap, gin, gq, kin, kq, pin, pbin, pq, oldest}: each a flat HGETALL-style list
+-- Returns  {cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin, oldest}: each a flat HGETALL-style list
 --          {field, value, ...}; oldest = {pool, enqueued_at of its oldest waiting ticket, ...}
 reap()
 pump_dirty()
 local out = {}
-for _, name in ipairs({'cap', 'gin', 'gq', 'kin', 'kq', 'pin', 'pbin', 'pq'}) do
+for _, name in ipairs({'cap', 'gin', 'gq', 'kin', 'kq', 'pin', 'pbin', 'pq', 'rcap', 'rin'}) do
   out[#out + 1] = redis.call('HGETALL', NS .. name)
 end
 local oldest = {}

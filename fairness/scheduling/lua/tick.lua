@@ -4,8 +4,9 @@
 -- ARGV[5]  n, the number of lease handles that follow
 -- ARGV[6 .. 5+n]  lease handles to renew;  ARGV[6+n ..]  handles of this process's waiting tickets
 -- Returns  {lost, news}: lost = lease handles no longer held (expired: renew came too late);
---          news = flat {handle, state, borrowed, queued_secs, ...} for waiting tickets that are
---          no longer queued: state 1 = granted, -1 = gone (its ticket expired; queue it again)
+--          news = flat {handle, state, borrowed, queued_secs, replica, ...} for waiting tickets
+--          that are no longer queued: state 1 = granted, -1 = gone (its ticket expired; queue it
+--          again)
 local n = tonumber(ARGV[5])
 reap()
 local lost = {}
@@ -24,12 +25,13 @@ for i = 6 + n, #ARGV do
   if redis.call('ZSCORE', NS .. 'tx', h) then
     redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, h)
   else
-    local l = redis.call('HMGET', NS .. 'l:' .. h, 'b', 'enq', 'at')
+    local l = redis.call('HMGET', NS .. 'l:' .. h, 'b', 'enq', 'at', 'r')
     if l[1] then
       news[#news + 1] = h; news[#news + 1] = 1; news[#news + 1] = tonumber(l[1])
-      news[#news + 1] = string.format('%.6f', num(l[3]) - num(l[2]))
+      news[#news + 1] = string.format('%.6f', num(l[3]) - num(l[2])); news[#news + 1] = l[4]
     else
       news[#news + 1] = h; news[#news + 1] = -1; news[#news + 1] = 0; news[#news + 1] = '0'
+      news[#news + 1] = ''
     end
   end
 end

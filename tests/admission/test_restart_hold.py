@@ -1,0 +1,53 @@
+"""Redis restarted empty under running requests: their leases are counted again before anyone
+else is granted, so no replica and no key goes over its slots or cap for the restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+
+from fairness.scheduling.admission import RESTART_HOLD_SECONDS, Admission
+from tests.admission.conftest import alice, bob, eventually, like
+from tests.redis_server import PrivateRedis
+
+
+@pytest.fixture
+def store() -> AsyncIterator[PrivateRedis]:
+    server = PrivateRedis().start()
+    yield server
+    server.stop()
+
+
+async def test_grants_wait_until_the_running_requests_count_again(store: PrivateRedis) -> None:
+    client = aredis.Redis.from_url(store.url())
+    # Upkeep (and so renewal) only every 10 s: what counts the leases again is the reconnection.
+    holder = Admission(client, lease_ttl=30, recheck_seconds=1)
+    newcomer_client = aredis.Redis.from_url(store.url())
+    newcomer = Admission(newcomer_client, lease_ttl=30, recheck_seconds=1)
+    try:
+        await holder.set_capacity("g", {"r0": 2})
+        running = [await holder.acquire(like(alice, group="g", per_key_cap=2, key_id=f"k{i}")) for i in range(2)]
+        await newcomer.set_capacity("g", {"r0": 2})
+        store.stop()
+        store.start()  # empty: the two running requests' leases are gone
+        await eventually(lambda: not newcomer._lane.connected, what="the old connection's close to be read")
+
+        await newcomer.set_capacity("g", {"r0": 2})  # over a new connection: Redis lost the group
+        waiting = asyncio.ensure_future(newcomer.acquire(like(bob, group="g")))
+
+        async def counted_again() -> bool:
+            return (await newcomer.stats())["replicas"].get("r0", {}).get("in_flight") == 2
+
+        await eventually(counted_again, timeout=RESTART_HOLD_SECONDS, what="the running leases to count again")
+        # Without the hold bob would have had one of the slots the running requests still use.
+        assert (await newcomer.stats())["keys"]["bob"] == {"in_flight": 0, "queued": 1}
+        await holder.release(running[0])
+        assert (await asyncio.wait_for(waiting, 5)).replica == "r0"
+    finally:
+        await holder.close()
+        await newcomer.close()
+        await client.aclose()
+        await newcomer_client.aclose()
