@@ -189,6 +189,7 @@ class Admission:
         self._keeper: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._due = False  # upkeep at once (Redis came back), not at the end of the interval
+        self._hold_upkeep = False  # an upkeep is scheduled for the end of a restart hold
         self._stated_on: dict[str, int] = {}  # group -> the lane connection that last stated it
         self._pubsub: PubSub | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -220,8 +221,6 @@ class Admission:
             "capacity", group, self._routing, keyspace.CONFIG_EPOCH, epoch or "", hold, *pairs
         )
         self._stated_on[group] = self._lane.connections_opened  # the connection that carried it
-        if hold:  # who waited through the hold is granted at its end, not at its next recheck
-            asyncio.get_running_loop().call_later(hold, self._upkeep_now)
         return int(reply) >= 0
 
     async def acquire(self, demand: Demand) -> Grant:
@@ -280,6 +279,7 @@ class Admission:
                     )
                 self._queued.add(handle)
                 self._wake_keeper(sooner=len(self._queued) == 1)
+                self._upkeep_after_hold(float(text(reply[2])) if len(reply) > 2 else 0.0)
                 waited = await self._wait_turn(handle, future, deadline)
                 if waited is None:
                     in_redis = False
@@ -452,6 +452,18 @@ class Admission:
     def _stop_keeper_if_idle(self) -> None:
         if not self._held and not self._queued:
             self._kick.set()
+
+    def _upkeep_after_hold(self, until: float) -> None:
+        """The group holds its grants until `until` (after a Redis restart): upkeep then, which
+        pumps, so this process's waiters are granted at its end, not at their next recheck."""
+        delay = until - self._clock()
+        if until and delay > 0 and not self._hold_upkeep:
+            self._hold_upkeep = True
+            asyncio.get_running_loop().call_later(delay, self._after_hold)
+
+    def _after_hold(self) -> None:
+        self._hold_upkeep = False
+        self._upkeep_now()
 
     def _upkeep_now(self) -> None:
         if self._held or self._queued:

@@ -51,3 +51,30 @@ async def test_grants_wait_until_the_running_requests_count_again(store: Private
         await newcomer.close()
         await client.aclose()
         await newcomer_client.aclose()
+
+
+async def test_a_request_queued_during_the_hold_is_granted_as_it_ends(store: PrivateRedis) -> None:
+    client = aredis.Redis.from_url(store.url())
+    # Rechecks every 5 s: only the upkeep at the hold's end can grant bob sooner.
+    holder = Admission(client, lease_ttl=30, recheck_seconds=5)
+    newcomer_client = aredis.Redis.from_url(store.url())
+    newcomer = Admission(newcomer_client, lease_ttl=30, recheck_seconds=5)
+    try:
+        await holder.set_capacity("g", {"r0": 2})
+        running = await holder.acquire(like(alice, group="g"))
+        await newcomer.set_capacity("g", {"r0": 2})
+        store.stop()
+        store.start()
+        await eventually(lambda: not newcomer._lane.connected, what="the old connection's close to be read")
+        await newcomer.set_capacity("g", {"r0": 2})
+        queued_at = asyncio.get_running_loop().time()
+        grant = await asyncio.wait_for(newcomer.acquire(like(bob, group="g")), RESTART_HOLD_SECONDS + 1)
+        assert asyncio.get_running_loop().time() - queued_at >= RESTART_HOLD_SECONDS * 0.9
+        assert grant.replica == "r0"
+        assert (await newcomer.stats())["replicas"]["r0"]["in_flight"] == 2  # alice's, counted again
+        await holder.release(running)
+    finally:
+        await holder.close()
+        await newcomer.close()
+        await client.aclose()
+        await newcomer_client.aclose()

@@ -9,7 +9,8 @@
 --          the request queued again in its old place; 0 = a new request
 -- ARGV[20] 1 = answer {-2} when the group's capacity is unknown (Redis lost it), 0 = queue anyway
 -- Returns  {1, borrowed 0/1, queued_seconds, replica}  granted now (no message is published)
---          {0, member}                         queued; the grant comes by pub/sub
+--          {0, member, hold}                   queued; the grant comes by pub/sub. hold: until when
+--                                              the group grants nothing (a restart), else 0
 --          {-1, retry_after_seconds}           the key already has max queued tickets
 --          {-2}                                the group's capacity is unknown: state it, call again
 local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
@@ -76,4 +77,4 @@ local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[1
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {1, g[1], string.format('%.6f', g[2]), g[3]} end
-return {0, member}
+return {0, member, redis.call('HGET', NS .. 'hold', group) or '0'}
