@@ -33,7 +33,9 @@ class Tier(models.Model):
     max_queue_wait_seconds = models.FloatField(default=300.0, validators=[MinValueValidator(0.0)])
     max_queued_per_key = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1)])
     engine_priority = models.IntegerField(
-        default=0, help_text="Sent as `priority` to replicas using vLLM's priority policy."
+        default=0,
+        help_text="Lower runs first: sent with each request to replicas that schedule by priority "
+        "(vLLM's priority policy); replicas that serve first come, first served ignore it.",
     )
     borrow_idle_slots = models.BooleanField(
         default=False,
@@ -259,21 +261,6 @@ class SaturationAlert(models.Model):
     def is_open(self) -> bool:
         return self.resolved_at is None
 
-    def describe(self) -> str:
-        figures = self.figures or {}
-        if self.kind == self.Kind.QUEUE:
-            return (
-                f"{figures.get('waiting', 0):g} requests waiting for {figures.get('running', 0):g} running "
-                f"({figures.get('ratio', 0):.1f}×): the card is saturated. Fairness only rations a "
-                "shortage; adding capacity or capping demand is the decision to make."
-            )
-        if self.kind == self.Kind.USAGE:
-            return (
-                f"{figures.get('dropped', 0):g} usage events dropped: the queue the Celery worker "
-                f"drains reached its cap ({figures.get('backlog_max', 0):g}). Is the worker running? "
-                "The usage pages miss those requests."
-            )
-        return f"KV cache {100 * (figures.get('kv_usage') or 0):.0f}% full for a sustained period."
 
 
 QUEUE_WAIT_BUCKETS_MS = (0, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)

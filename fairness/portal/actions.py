@@ -180,6 +180,46 @@ def set_password(actor: Actor, user: User, password: str) -> User:
     return user
 
 
+def activation_refusal(actor: User | None, user: User) -> str:
+    """Why `actor` may not deactivate or reactivate `user` ("" when they may).
+
+    Staff switch researchers on and off. Switching staff or a superuser is a superuser's (a
+    staff member could otherwise lock out the people above them), and nobody switches themselves
+    off: the last superuser must not be able to lock everyone out by a slip of the mouse."""
+    if actor is not None and actor.pk == user.pk:
+        return "You cannot deactivate or reactivate yourself."
+    if actor is None or actor.is_superuser:
+        return ""
+    if user.is_staff or user.is_superuser:
+        return f"Only a superuser may deactivate or reactivate {user.get_username()}, who is staff."
+    return ""
+
+
+def set_user_active(actor: Actor, user: User, active: bool) -> User:
+    """Deactivates (their keys stop on every gateway within about a second: the user's save
+    bumps the config epoch, see signals.py, and their sessions end at their next request) or
+    reactivates a user. Raises PermissionDenied, audited, when activation_refusal() says no."""
+    reason = activation_refusal(actor.user, user)
+    if reason:
+        audit(actor, "user.activation.refused", user.get_username(), reason=reason, active=active)
+        raise PermissionDenied(reason)
+    with transaction.atomic():
+        if user.is_active != active:
+            user.is_active = active
+            user.save(update_fields=["is_active"])
+            audit(actor, "user.reactivate" if active else "user.deactivate", user.get_username())
+    return user
+
+
+def change_own_password(actor: Actor, user: User, password: str) -> User:
+    """Someone changing their own password (they proved the old one); the password is never logged."""
+    with transaction.atomic():
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        audit(actor, "user.password.own", user.get_username())
+    return user
+
+
 @transaction.atomic
 def set_user_tier(actor: Actor, user: User, tier: Tier) -> int:
     """Moves every live key of the user to the tier; new requests follow at once."""
@@ -242,6 +282,14 @@ def set_replica_state(actor: Actor, replica: Replica, state: str) -> Replica:
     replica.save(update_fields=["enabled", "draining"])
     audit(actor, f"replica.{state}", replica.name)
     return replica
+
+
+@transaction.atomic
+def delete_replica(actor: Actor, replica: Replica) -> None:
+    """Gateways stop routing to it at their next reload; its samples go with it."""
+    name, url = replica.name, replica.base_url
+    replica.delete()
+    audit(actor, "replica.delete", name, base_url=url)
 
 
 @transaction.atomic

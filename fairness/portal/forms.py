@@ -6,12 +6,13 @@ import datetime as dt
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import get_user_model, password_validation
 from django.db import models
 from django.utils import timezone
 
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import Replica, Tier
+from fairness.models import ApiKey, Replica, Tier
 from fairness.portal import submit_once
 
 User = get_user_model()
@@ -24,7 +25,43 @@ GRACE_CHOICES = [
 ]
 
 
-class SubmitOnceForm(forms.Form):
+class NoColon:
+    """Labels as the pages write them: "Owner", not Django's "Owner:"."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+class SetPasswordForm(NoColon, auth_forms.SetPasswordForm):
+    pass
+
+
+class PasswordChangeForm(NoColon, auth_forms.PasswordChangeForm):
+    pass
+
+
+class WholeSecondsField(forms.FloatField):
+    """Seconds stored as a float, shown as "600" rather than "600.0" when they are whole."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return super().prepare_value(value)
+
+
+def default_tier(owner_name: str | None) -> Tier | None:
+    """The tier a new key most likely wants: the owner's (their live keys share one), else the
+    interactive tier, else the first."""
+    if owner_name:
+        theirs = ApiKey.objects.filter(owner__username=owner_name, revoked_at=None).order_by("-created_at")
+        key = theirs.select_related("tier").first()
+        if key is not None:
+            return key.tier
+    return Tier.objects.filter(name="interactive").first() or Tier.objects.first()
+
+
+class SubmitOnceForm(NoColon, forms.Form):
     """A form whose action must not run twice: it carries a token fairness.once claims."""
 
     once = forms.RegexField(
@@ -40,12 +77,18 @@ class IssueKeyForm(SubmitOnceForm):
     owner = forms.ModelChoiceField(
         queryset=User.objects.filter(is_active=True).order_by("username"), to_field_name="username"
     )
-    tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name")
+    tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name", empty_label=None)
     label = forms.CharField(max_length=100, required=False, help_text="What it is for, e.g. “nightly eval”.")
     expires_days = forms.IntegerField(
         label="Expires after (days)", min_value=1, max_value=3650, required=False,
         help_text="Leave empty for a key that does not expire.",
     )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        tier = default_tier(self.initial.get("owner"))
+        if tier is not None:
+            self.fields["tier"].initial = tier.name
 
     def expires_at(self) -> dt.datetime | None:
         days = self.cleaned_data.get("expires_days")
@@ -86,7 +129,7 @@ class IssueAdminTokenForm(SubmitOnceForm):
         return timezone.now() + dt.timedelta(days=days) if days else None
 
 
-class CreateUserForm(forms.Form):
+class CreateUserForm(NoColon, forms.Form):
     """A password now, or none: the account then waits for the set-password step."""
 
     username = forms.CharField(max_length=150, validators=[User.username_validator])
@@ -124,14 +167,21 @@ class CreateUserForm(forms.Form):
         return self.cleaned_data.get("password1") or None
 
 
-class UserTierForm(forms.Form):
+class UserTierForm(NoColon, forms.Form):
     tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name")
 
 
-class TierForm(forms.ModelForm):
+def _tier_fields(field: models.Field, **kwargs) -> forms.Field | None:
+    if field.name in ("head_start_seconds", "max_queue_wait_seconds"):
+        kwargs["form_class"] = WholeSecondsField
+    return field.formfield(**kwargs)
+
+
+class TierForm(NoColon, forms.ModelForm):
     """Field validators and Tier.clean() run in is_valid(): their errors land on the fields."""
 
     class Meta:
+        formfield_callback = _tier_fields
         model = Tier
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
@@ -144,6 +194,7 @@ class TierForm(forms.ModelForm):
             "head_start_seconds": "Head start (seconds)",
             "max_queue_wait_seconds": "Longest queue wait (seconds)",
             "max_queued_per_key": "Queued requests per key",
+            "engine_priority": "Engine priority (lower runs first)",
             "borrow_idle_slots": "May borrow idle slots",
             "isolate_prefix_cache": "Keep each user's prefix cache apart",
         }
@@ -164,13 +215,14 @@ def _plain_http_urls(field: models.Field, **kwargs) -> forms.Field | None:
     return field.formfield(**kwargs)
 
 
-class ReplicaForm(forms.ModelForm):
+class ReplicaForm(NoColon, forms.ModelForm):
     class Meta:
         formfield_callback = _plain_http_urls
         model = Replica
         fields = ["name", "base_url", "model", "engine_kind", "max_num_seqs", "scheduling_policy", "api_key", "tiers"]
         labels = {
             "base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key",
+            "scheduling_policy": "Engine scheduling policy",
         }
         widgets = {
             "api_key": forms.PasswordInput(render_value=False),
@@ -182,7 +234,7 @@ class ReplicaForm(forms.ModelForm):
         data = self.cleaned_data
         if not self.errors:
             # The instance takes the form's values only after clean(), its tiers after saving.
-            fields = {name: value for name, value in data.items() if name != "tiers"}
+            fields = {name: value for name, value in data.items() if name not in ("tiers", "remove_api_key")}
             candidate = Replica(pk=self.instance.pk, **{"enabled": self.instance.enabled, **fields})
             conflict = conflict_if_saved(candidate, frozenset(t.name for t in data.get("tiers") or ()))
             if conflict:
@@ -190,4 +242,28 @@ class ReplicaForm(forms.ModelForm):
         return data
 
     def changes(self) -> dict:
-        return {name: self.cleaned_data[name] for name in self.changed_data if name != "tiers"}
+        return {name: self.cleaned_data[name] for name in self.changed_data if name not in ("tiers", "remove_api_key")}
+
+
+class ReplicaPageForm(ReplicaForm):
+    """The staff pages' add and edit: on an edit the name stays (telemetry, samples and the
+    audit log know the replica by it), and an empty engine key keeps the one it has unless
+    "remove" is ticked (the key is never rendered back)."""
+
+    remove_api_key = forms.BooleanField(label="Remove the engine key", required=False)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is None:
+            del self.fields["remove_api_key"]
+        else:
+            self.fields["name"].disabled = True
+            if self.instance.api_key:
+                self.fields["api_key"].help_text = "It has one: leave this empty to keep it, or type a new one."
+
+    def clean_api_key(self) -> str:
+        typed: str = self.cleaned_data["api_key"]
+        if typed or self.instance.pk is None or self.data.get("remove_api_key"):
+            return typed
+        kept: str = self.instance.api_key
+        return kept

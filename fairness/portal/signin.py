@@ -104,6 +104,11 @@ class SignInView(auth_views.LoginView):
         attempt_succeeded(self.attempt)
         return super().form_valid(form)
 
+    def get_default_redirect_url(self) -> str:
+        """Without a `next`: staff to the staff home, everyone else to their own page."""
+        user = self.request.user
+        return reverse("staff-home" if user.is_active and user.is_staff else "me")
+
 
 class AdminSignInView(SignInView):
     """/admin/login/, routed here ahead of the admin's own: its page and form (staff only), the
@@ -119,6 +124,9 @@ class AdminSignInView(SignInView):
             return HttpResponseRedirect(reverse("admin:index", current_app=admin.site.name))
         request.current_app = admin.site.name
         return super().dispatch(request, *args, **kwargs)
+
+    def get_default_redirect_url(self) -> str:
+        return reverse("admin:index", current_app=admin.site.name)
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)

@@ -1,52 +1,54 @@
-"""Staff pages: keys, users, tiers, replicas, alerts, the audit log.
+"""Staff pages: keys, tiers, alerts, the audit log (users, replicas and the staff home have
+modules of their own).
 
-Every change goes through fairness.operations, which writes the audit log; these views only
+Every change goes through fairness.portal.actions, which writes the audit log; these views only
 check access, gather a form and render. A key's secret is rendered into exactly one response
 (issue or rotate) and goes nowhere else: not a URL, a redirect, the session, a message or a log.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from functools import wraps
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from asgiref.sync import async_to_sync
 from django.contrib import messages
-from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import SetPasswordForm
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
+from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_POST, require_safe
 
-from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.models import ApiKey, AuditEntry, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
-from fairness.portal.forms import (
-    CreateUserForm,
-    IssueKeyForm,
-    ReplicaForm,
-    RotateKeyForm,
-    TierForm,
-    UserTierForm,
+from fairness.portal.forms import IssueKeyForm, RotateKeyForm, TierForm
+from fairness.portal.queries import (
+    DEFAULT_KEY_SORT,
+    KEY_SORTS,
+    KEY_STATES,
+    key_load,
+    key_rows,
+    keys_matching,
+    load_of,
+    rotated_prefixes,
+    sorted_key_rows,
+    tokens_last_day,
 )
-from fairness.portal.queries import key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
-from fairness.telemetry import polling
+from fairness.portal.tier_policy import in_words
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-REPLICA_STATES = ("enable", "disable", "drain")
 AUDIT_PAGE_SIZE = 100
+KEYS_PAGE_SIZE = 50
 
 
 def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -79,19 +81,9 @@ def _get_key_for_user(user: User, prefix: str) -> ApiKey:
     return get_object_or_404(ApiKey.objects.select_related("owner", "tier"), prefix=prefix)
 
 
-def _get_member_for_user(user: User, username: str) -> User:
-    _staff_only(user)
-    return get_object_or_404(get_user_model(), username=username)
-
-
 def _get_tier_for_user(user: User, name: str) -> Tier:
     _staff_only(user)
     return get_object_or_404(Tier, name=name)
-
-
-def _get_replica_for_user(user: User, name: str) -> Replica:
-    _staff_only(user)
-    return get_object_or_404(Replica, name=name)
 
 
 def _get_alert_for_user(user: User, alert_id: int) -> SaturationAlert:
@@ -127,16 +119,64 @@ def _already_done(request: HttpRequest, made: str) -> HttpResponse:
 
 # -- keys ---------------------------------------------------------------------------------------
 
+def _key_listing(request: SignedInRequest) -> dict[str, object]:
+    """The keys page's query string, checked: anything unknown falls back to the default."""
+    search = request.GET.get("q", "").strip()[:100]
+    tier = request.GET.get("tier", "")
+    state = request.GET.get("state", "all" if request.GET.get("show") == "all" else "live")  # show=all: old links
+    sort = request.GET.get("sort", DEFAULT_KEY_SORT)
+    if state not in KEY_STATES:
+        state = "live"
+    if sort.lstrip("-") not in KEY_SORTS:
+        sort = DEFAULT_KEY_SORT
+    return {"q": search, "tier": tier, "state": state, "sort": sort}
+
+
 @staff_required
 @require_safe
 def keys(request: SignedInRequest) -> HttpResponse:
-    show_all = request.GET.get("show") == "all"
-    queryset = ApiKey.objects.select_related("owner", "tier")
-    if not show_all:
-        queryset = queryset.filter(revoked_at=None).filter(Q(expires_at=None) | Q(expires_at__gt=timezone.now()))
-    load, tokens = key_load(), tokens_last_day()
-    rows = [key_out(key, load, tokens) for key in queryset]
-    return render(request, "staff/keys.html", {"rows": rows, "show_all": show_all, "now": timezone.now()})
+    listing = _key_listing(request)
+    now = timezone.now()
+    matching = keys_matching(str(listing["q"]), str(listing["tier"]), str(listing["state"]), now)
+    rows, ordered = sorted_key_rows(matching, str(listing["sort"]), now)
+    page: Page[Any]
+    if rows is None:  # sorted by the database: page first, then build only that page's rows
+        page = Paginator(ordered, KEYS_PAGE_SIZE).get_page(request.GET.get("page"))
+        rows = key_rows(page.object_list, now, key_load(), tokens_last_day())
+    else:
+        page = Paginator(rows, KEYS_PAGE_SIZE).get_page(request.GET.get("page"))
+        rows = list(page.object_list)
+    defaults = (("state", "live"), ("sort", DEFAULT_KEY_SORT))
+    query = {name: value for name, value in listing.items() if value and (name, value) not in defaults}
+    columns = [
+        (name, title, _sort_link(query, name, str(listing["sort"])))
+        for name, title in (("key", "Key"), ("owner", "Owner"), ("tier", "Tier"), ("created", "Created"),
+                            ("expires", "Expires"), ("last_used", "Last used"), ("in_flight", "In flight"),
+                            ("queued", "Queued"), ("tokens", "Tokens, 24 h"))
+    ]
+    return render(request, "staff/keys.html", {
+        "page": page, "rows": rows, "now": now, "listing": listing, "tiers": Tier.objects.all(), "states": KEY_STATES,
+        "columns": columns, "query": urlencode(query), "filtered": bool(query),
+    })
+
+
+def _sort_link(query: dict[str, object], column: str, current: str) -> tuple[str, str]:
+    """(the link that sorts by `column`, its aria-sort value): a second click reverses it."""
+    if current.lstrip("-") == column:
+        descending = current.startswith("-")
+        flipped = column if descending else f"-{column}"
+        return "?" + urlencode({**query, "sort": flipped}), "descending" if descending else "ascending"
+    # Dates and figures start with the latest or largest; names start with A.
+    first = column if column in ("key", "owner", "tier") else f"-{column}"
+    return "?" + urlencode({**query, "sort": first}), ""
+
+
+@staff_required
+@require_safe
+def keys_load(request: SignedInRequest) -> JsonResponse:
+    """In flight and queued of the keys a page shows, for its live refresh (at most a page's worth)."""
+    prefixes = request.GET.getlist("prefix")[:KEYS_PAGE_SIZE]
+    return JsonResponse({"keys": load_of(prefixes)})
 
 
 @staff_required
@@ -169,6 +209,22 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     return render(request, "staff/key_revoke.html", {"key": key})
 
 
+class AlreadyRotated(Exception):
+    pass
+
+
+def _in_grace(key: ApiKey) -> bool:
+    """Rotated with a grace period that has not ended: its successor exists already, and a
+    second rotation would make two new secrets for one old one."""
+    return not key.is_expired() and rotated_prefixes().filter(target=key.prefix).exists()
+
+
+def _already_rotated(request: HttpRequest, key: ApiKey) -> HttpResponse:
+    messages.info(request, f"{key.prefix}… was rotated already and stops when its grace period ends; "
+                           "rotate its new key instead.")
+    return redirect("staff-keys")
+
+
 @staff_required
 @sensitive_variables("secret")
 def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
@@ -177,86 +233,22 @@ def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.error(request, f"{key.prefix}… is revoked; issue a new key instead.")
         return redirect("staff-keys")
     form = RotateKeyForm(request.POST or None)
+    if request.method != "POST" and _in_grace(key):
+        return _already_rotated(request, key)
     if request.method == "POST" and form.is_valid():
         try:
             with submit_once.first_submission(form.cleaned_data["once"]) as record:
+                if _in_grace(key):  # checked after the repeat check: a reload is told what it made
+                    raise AlreadyRotated
                 new, secret = actions.rotate(_actor(request), key, form.cleaned_data["grace_seconds"])
                 record(new.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)
+        except AlreadyRotated:
+            return _already_rotated(request, key)
         key.refresh_from_db()
         return _secret_page(request, new, secret, rotated=key)
     return render(request, "staff/key_rotate.html", {"key": key, "form": form})
-
-
-# -- users --------------------------------------------------------------------------------------
-
-@staff_required
-@require_safe
-def users(request: SignedInRequest) -> HttpResponse:
-    people = get_user_model().objects.order_by("username").annotate(
-        live_keys=Count("api_keys", filter=Q(api_keys__revoked_at=None))
-    )
-    tiers_of: dict[int, set[str]] = {}
-    for owner_id, tier_name in ApiKey.objects.filter(revoked_at=None).values_list("owner_id", "tier__name"):
-        tiers_of.setdefault(owner_id, set()).add(tier_name)
-    rows = [(person, sorted(tiers_of.get(person.pk, ()))) for person in people]
-    return render(request, "staff/users.html", {"rows": rows, "tiers": Tier.objects.all()})
-
-
-@staff_required
-@sensitive_post_parameters("password1", "password2")
-def create_user(request: SignedInRequest) -> HttpResponse:
-    form = CreateUserForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        person = actions.create_user(
-            _actor(request), data["username"], data["email"], data["is_staff"], form.password()
-        )
-        if person.has_usable_password():
-            messages.success(request, f"Created {person}.")
-            return redirect("staff-users")
-        if actions.password_refusal(request.user, person):  # staff: a superuser sets theirs
-            messages.success(request, f"Created {person}. A superuser must set their password.")
-            return redirect("staff-users")
-        messages.success(request, f"Created {person}. Set a password so they can sign in.")
-        return redirect("staff-user-password", username=person.get_username())
-    return render(request, "staff/user_create.html", {"form": form})
-
-
-@staff_required
-@sensitive_post_parameters("new_password1", "new_password2")
-def set_user_password(request: SignedInRequest, username: str) -> HttpResponse:
-    """A first password for a researcher; anything more is a superuser's (actions.password_refusal)."""
-    person = _get_member_for_user(request.user, username)
-    reason = actions.password_refusal(request.user, person)
-    try:
-        if reason and request.method == "POST":
-            actions.refuse_password(_actor(request), person, reason)  # a refused attempt is audited
-        if reason:
-            raise PermissionDenied(reason)
-        form = SetPasswordForm(person, request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            actions.set_password(_actor(request), person, form.cleaned_data["new_password1"])  # checks again
-            messages.success(request, f"Set the password of {person}.")
-            return redirect("staff-users")
-    except PermissionDenied as refused:
-        return render(request, "staff/user_password_refused.html", {"person": person, "reason": str(refused)},
-                      status=403)
-    return render(request, "staff/user_password.html", {"person": person, "form": form})
-
-
-@staff_required
-@require_POST
-def set_user_tier(request: SignedInRequest, username: str) -> HttpResponse:
-    person = _get_member_for_user(request.user, username)
-    form = UserTierForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "Choose one of the tiers.")
-    else:
-        moved = actions.set_user_tier(_actor(request), person, form.cleaned_data["tier"])
-        messages.success(request, f"Moved {moved} live key(s) of {person} to {form.cleaned_data['tier']}.")
-    return redirect("staff-users")
 
 
 # -- tiers --------------------------------------------------------------------------------------
@@ -265,7 +257,7 @@ def set_user_tier(request: SignedInRequest, username: str) -> HttpResponse:
 @require_safe
 def tiers(request: SignedInRequest) -> HttpResponse:
     rows = Tier.objects.annotate(live_keys=Count("api_keys", filter=Q(api_keys__revoked_at=None)))
-    return render(request, "staff/tiers.html", {"tiers": rows})
+    return render(request, "staff/tiers.html", {"tiers": [(tier, in_words(tier)) for tier in rows]})
 
 
 @staff_required
@@ -281,49 +273,6 @@ def edit_tier(request: SignedInRequest, name: str | None = None) -> HttpResponse
     return render(request, "staff/tier_form.html", {"form": form, "tier": tier})
 
 
-# -- replicas -----------------------------------------------------------------------------------
-
-@staff_required
-@require_safe
-def replicas(request: SignedInRequest) -> HttpResponse:
-    readings = {reading["name"]: reading for reading in async_to_sync(polling.latest_readings)()}
-    for reading in readings.values():
-        reading["polled_at"] = dt.datetime.fromtimestamp(reading["taken_at"], tz=dt.UTC)
-    rows = [(replica, readings.get(replica.name)) for replica in Replica.objects.prefetch_related("tiers")]
-    return render(request, "staff/replicas.html", {"rows": rows})
-
-
-@staff_required
-def add_replica(request: SignedInRequest) -> HttpResponse:
-    form = ReplicaForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            replica = actions.save_replica(_actor(request), form.instance, form.changes(),
-                                           form.cleaned_data["tiers"])
-        except ValidationError as exc:  # another change made the deployments overlap since clean()
-            form.add_error(None, exc)
-        else:
-            messages.success(request, f"Added replica {replica}. The next poll shows its health.")
-            return redirect("staff-replicas")
-    return render(request, "staff/replica_form.html", {"form": form})
-
-
-@staff_required
-@require_POST
-def replica_state(request: SignedInRequest, name: str, state: str) -> HttpResponse:
-    if state not in REPLICA_STATES:
-        raise Http404
-    replica = _get_replica_for_user(request.user, name)
-    try:
-        actions.set_replica_state(_actor(request), replica, state)
-    except ValidationError as exc:
-        messages.error(request, f"{replica} stays disabled: {' '.join(exc.messages)}")
-        return redirect("staff-replicas")
-    done = {"enable": "Enabled", "disable": "Disabled", "drain": "Draining"}[state]
-    messages.success(request, f"{done} {replica}.")
-    return redirect("staff-replicas")
-
-
 # -- alerts and audit ---------------------------------------------------------------------------
 
 @staff_required
@@ -337,7 +286,11 @@ def alerts(request: SignedInRequest) -> HttpResponse:
 @staff_required
 @require_POST
 def acknowledge_alert(request: SignedInRequest, alert_id: int) -> HttpResponse:
-    alert = actions.acknowledge(_actor(request), _get_alert_for_user(request.user, alert_id))
+    alert = _get_alert_for_user(request.user, alert_id)
+    if not alert.is_open:  # a stale tab: nobody needs to be on it any more
+        messages.info(request, f"Resolved already, nothing to acknowledge: {alert}.")
+        return redirect("staff-alerts")
+    actions.acknowledge(_actor(request), alert)
     messages.success(request, f"Acknowledged: {alert}.")
     return redirect("staff-alerts")
 

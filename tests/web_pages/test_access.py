@@ -12,7 +12,10 @@ from tests.web_pages.conftest import key_form
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STAFF_PAGES = [
+    "/staff/",
     "/staff/keys/",
+    "/staff/keys/?q=bob&tier=interactive&state=all&sort=-in_flight",
+    "/staff/keys/load.json?prefix={prefix}",
     "/staff/keys/?show=all",
     "/staff/keys/issue/",
     "/staff/keys/{prefix}/revoke/",
@@ -25,12 +28,17 @@ STAFF_PAGES = [
     "/staff/tiers/batch/edit/",
     "/staff/replicas/",
     "/staff/replicas/new/",
+    "/staff/replicas/gpu0/edit/",
+    "/staff/replicas/gpu0/delete/",
+    "/staff/replicas/gpu0/disable/",
     "/staff/alerts/",
     "/staff/audit/",
 ]
 STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/tier/", {"tier": "batch"}),
     ("/staff/replicas/gpu0/drain/", {}),
+    ("/staff/users/alice/deactivate/", {}),
+    ("/staff/users/alice/reactivate/", {}),
     ("/staff/alerts/{alert}/acknowledge/", {}),
 ]
 OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json"]
@@ -99,6 +107,8 @@ def test_the_root_is_the_capacity_page_for_visitors_and_the_dashboard_once_signe
     ("/staff/users/new/", {"username": "newcomer"}),
     ("/staff/tiers/batch/edit/", {"per_key_concurrency": 3}),
     ("/staff/replicas/gpu0/drain/", {}),
+    ("/staff/users/alice/deactivate/", {}),
+    ("/staff/users/alice/reactivate/", {}),
 ])
 def test_every_form_needs_its_csrf_token(staff, things, path, body):
     client = Client(enforce_csrf_checks=True)
@@ -110,11 +120,11 @@ def test_every_form_needs_its_csrf_token(staff, things, path, body):
 def test_the_navigation_matches_the_role(staff_client, researcher_client):
     staff_nav = staff_client.get("/me/").content.decode()
     mine = researcher_client.get("/me/").content.decode()
-    for link in ("/staff/keys/", "/staff/users/", "/staff/tiers/", "/staff/replicas/", "/staff/alerts/",
+    for link in ("/staff/", "/staff/keys/", "/staff/users/", "/staff/tiers/", "/staff/replicas/", "/staff/alerts/",
                  "/staff/audit/"):
         assert f'href="{link}"' in staff_nav
         assert f'href="{link}"' not in mine
     for html in (staff_nav, mine):
         assert 'href="/me/"' in html and 'href="/me/usage/"' in html
-        assert 'action="/accounts/logout/"' in html
+        assert 'action="/accounts/logout/"' in html and 'href="/accounts/password/"' in html
     assert 'href="/accounts/login/"' in Client().get("/capacity/").content.decode()

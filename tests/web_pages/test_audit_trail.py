@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert
+from tests.conftest import free_port
 from tests.web_pages.conftest import STAFF_IP, key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,6 +19,7 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
     alice_key = ApiKey.objects.get(pk=cast["alice"].key_id)
     tier = {"description": "", "per_key_concurrency": 3, "pool_concurrency": "", "head_start_seconds": 0,
             "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0}
+    engine_url = f"http://127.0.0.1:{free_port()}"
     steps = [
         ("/staff/keys/issue/", key_form(owner="carol", tier="batch"), "key.issue"),
         (f"/staff/keys/{bob_key.prefix}/revoke/", {}, "key.revoke"),
@@ -28,9 +30,14 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
         ("/staff/users/carol/tier/", {"tier": "interactive"}, "user.tier"),
         ("/staff/tiers/new/", {"name": "gold", **tier}, "tier.create"),
         ("/staff/tiers/gold/edit/", {"name": "gold", **tier, "per_key_concurrency": 5}, "tier.update"),
-        ("/staff/replicas/new/", {"name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "tiny",
+        # A loopback port nobody listens on: adding it probes it, which is refused at once.
+        ("/staff/replicas/new/", {"name": "gpu1", "base_url": engine_url, "model": "tiny",
                                   "engine_kind": "vllm", "max_num_seqs": 8, "scheduling_policy": "fcfs"},
          "replica.create"),
+        ("/staff/replicas/gpu1/edit/", {"base_url": engine_url, "model": "tiny", "engine_kind": "vllm",
+                                        "max_num_seqs": 4, "scheduling_policy": "fcfs"}, "replica.update"),
+        ("/staff/users/alice/deactivate/", {}, "user.deactivate"),
+        ("/staff/users/alice/reactivate/", {}, "user.reactivate"),
         ("/staff/replicas/gpu1/drain/", {}, "replica.drain"),
         ("/staff/replicas/gpu1/enable/", {}, "replica.enable"),
         ("/staff/replicas/gpu1/disable/", {}, "replica.disable"),
@@ -48,6 +55,7 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
     assert by_action["key.revoke"].target == bob_key.prefix
     assert by_action["tier.update"].detail == {"per_key_concurrency": 5}
     assert by_action["user.tier"].detail == {"tier": "interactive", "keys": 2}
+    assert by_action["replica.update"].detail == {"max_num_seqs": 4, "tiers": []}
     assert Replica.objects.get(name="gpu1").enabled is False
 
     # The log page lists them all, newest first, with the address.

@@ -110,7 +110,8 @@ def test_revoking_asks_first_and_then_revokes(staff_client, cast):
     assert key.revoked_at is not None
     assert f"Revoked {key.prefix}" in response.content.decode()
     assert key.prefix not in staff_client.get("/staff/keys/").content.decode()  # live keys only
-    assert key.prefix in staff_client.get("/staff/keys/?show=all").content.decode()
+    assert key.prefix in staff_client.get("/staff/keys/?state=all").content.decode()
+    assert key.prefix in staff_client.get("/staff/keys/?show=all").content.decode()  # an older link
 
     again = staff_client.post(f"/staff/keys/{key.prefix}/revoke/", follow=True)
     assert "was already revoked" in again.content.decode()
@@ -149,6 +150,6 @@ def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, r
     UsageHourly.objects.create(key=key, hour=timezone.now().replace(minute=0, second=0, microsecond=0),
                                requests=3, prompt_tokens=1200, completion_tokens=34)
     rows = staff_client.get("/staff/keys/").context["rows"]
-    row = next(r for r in rows if r.prefix == key.prefix)
+    row = next(r.key for r in rows if r.key.prefix == key.prefix)
     assert (row.in_flight, row.queued, row.tokens_24h) == (2, 5, 1234)
     assert "1,234" in staff_client.get("/staff/keys/").content.decode()

@@ -7,8 +7,10 @@ import datetime as dt
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from django.utils.html import escape
 
-from fairness.models import ApiKey, Tier, UsageHourly
+from fairness.models import ApiKey, Tier, UsageHourly, UsageRecord
+from fairness.portal import tier_policy
 from fairness.telemetry import usage_rollup
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,9 +39,49 @@ def test_alice_sees_her_keys_by_prefix_and_nothing_of_bob(researcher_client, cas
 
 def test_the_dashboard_states_the_tier_policy_and_links_to_capacity(researcher_client, cast):
     html = researcher_client.get("/me/").content.decode()
-    sentence = Tier.objects.get(name="interactive").policy_sentence()
-    assert sentence[0].upper() + sentence[1:] in html
+    for sentence in tier_policy.in_words(Tier.objects.get(name="interactive")):
+        assert f"<li>{escape(sentence)}</li>" in html
+    assert "429" in html and "borrow" not in html  # alice is interactive: no borrowing to tell
     assert 'href="/capacity/"' in html
+
+
+def test_a_batch_researcher_is_told_that_batch_borrows_idle_slots(cast, client):
+    carol = get_user_model().objects.get(username="carol")
+    client.force_login(carol)
+    html = client.get("/me/").content.decode()
+    assert "borrows idle slots beyond these caps" in html
+    assert "Up to 1,024 requests per key may wait" in html
+    assert "A request that has waited 1 hour without starting is refused with 429." in html
+
+
+def test_a_wait_of_zero_reads_as_no_waiting_and_no_data_as_a_dash(researcher_client, cast):
+    alice = ApiKey.objects.get(pk=cast["alice"].key_id)
+    UsageHourly.objects.create(key=alice, hour=hour(3), requests=4, queue_wait_counts=waits(ms_0=4))
+    html = researcher_client.get("/me/usage/").content.decode()
+    assert "no waiting" in html and "half of your requests started at once" in html
+    assert "none</dd>" not in html
+    # Today has no requests: a dash, and why.
+    assert "no requests in this period" in html
+
+
+def test_usage_shows_time_to_first_token_per_key(researcher_client, cast):
+    alice = ApiKey.objects.get(pk=cast["alice"].key_id)
+    bob = ApiKey.objects.get(pk=cast["bob"].key_id)
+    now = timezone.now()
+    for i, ttft in enumerate([100, 200, 300, 400, 5000]):
+        UsageRecord.objects.create(key=alice, request_id=f"a{i}", endpoint="chat", model="m", status=200,
+                                   ttft_ms=ttft, created_at=now - dt.timedelta(minutes=5))
+    UsageRecord.objects.create(key=alice, request_id="old", endpoint="chat", model="m", status=200,
+                               ttft_ms=90_000, created_at=now - dt.timedelta(days=2))
+    UsageRecord.objects.create(key=alice, request_id="refused", endpoint="chat", model="m", status=429,
+                               ttft_ms=None, created_at=now)
+    UsageRecord.objects.create(key=bob, request_id="b", endpoint="chat", model="m", status=200,
+                               ttft_ms=77_777, created_at=now)
+    page = researcher_client.get("/me/usage/")
+    row = next(r for r in page.context["ttft_rows"] if r["key"] == alice)
+    assert (row["requests"], row["p50"], row["p95"]) == (5, "300 ms", "5.0 s")
+    html = page.content.decode()
+    assert "78 s" not in html and "90 s" not in html  # bob's key and the old record stay out
 
 
 def test_usage_figures_come_from_the_hourly_rollup(researcher_client, cast):
@@ -59,7 +101,7 @@ def test_usage_figures_come_from_the_hourly_rollup(researcher_client, cast):
     assert today["requests"] == 19
     html = page.content.decode()
     assert "≤ 50 ms" in html and "≤ 2.5 s" in html and "1,515" in html
-    assert '/static/vendor/plotly/plotly.min.js' in html
+    assert '/static/vendor/plotly-basic/plotly-basic.min.js' in html
 
     daily = researcher_client.get("/me/usage/daily.json").json()
     assert len(daily["days"]) == 30 and daily["days"][-1] == timezone.now().date().isoformat()

@@ -10,13 +10,14 @@ from django.utils import timezone
 
 from fairness.models import Replica, SaturationAlert
 from fairness.store.keyspace import TELEMETRY_LATEST
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_adding_a_replica_keeps_its_key_out_of_the_page_and_the_log(staff_client, tiers):
     response = staff_client.post("/staff/replicas/new/", {
-        "name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "tiny", "engine_kind": "vllm",
+        "name": "gpu1", "base_url": f"http://127.0.0.1:{free_port()}", "model": "tiny", "engine_kind": "vllm",
         "max_num_seqs": 8, "scheduling_policy": "fcfs", "api_key": "engine-secret-123", "tiers": [tiers["batch"].pk],
     })
     assert response.status_code == 302
@@ -71,14 +72,15 @@ def test_an_alert_shows_its_figures_and_can_be_acknowledged_once(staff, staff_cl
     alert = SaturationAlert.objects.create(model="tiny", kind="queue", opened_at=timezone.now(),
                                            figures={"waiting": 40, "running": 8, "ratio": 5.0})
     html = staff_client.get("/staff/alerts/").content.decode()
-    assert "40 requests waiting for 8 running (5.0×)" in html
-    assert "<dt>ratio</dt><dd>5.0</dd>" in html and "Acknowledge</button>" in html
+    assert "40 requests waiting for 8 running, and every slot" in html
+    assert "<dt>ratio</dt><dd>5.0</dd>" in html
+    assert f'Acknowledge<span class="visually-hidden"> alert {alert.pk}</span></button>' in html
     staff_client.post(f"/staff/alerts/{alert.pk}/acknowledge/")
     staff_client.post(f"/staff/alerts/{alert.pk}/acknowledge/")
     alert.refresh_from_db()
     assert alert.acknowledged_by == staff and alert.acknowledged_at is not None
     html = staff_client.get("/staff/alerts/").content.decode()
-    assert "acknowledged by sam" in html and "Acknowledge</button>" not in html
+    assert "acknowledged by sam" in html and "Acknowledge<span" not in html
 
 
 def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
@@ -95,7 +97,7 @@ def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
 
 def test_a_replica_whose_slots_two_deployments_would_count_is_refused(staff_client, tiers):
     Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
-    fields = {"name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "tiny", "engine_kind": "vllm",
+    fields = {"name": "gpu1", "base_url": f"http://127.0.0.1:{free_port()}", "model": "tiny", "engine_kind": "vllm",
               "max_num_seqs": 8, "scheduling_policy": "fcfs", "tiers": [tiers["batch"].pk]}
 
     response = staff_client.post("/staff/replicas/new/", fields)

@@ -69,7 +69,8 @@ def test_a_new_tier_is_created_from_the_form(staff_client, cast):
     assert response.status_code == 302
     gold = Tier.objects.get(name="gold")
     assert (gold.per_key_concurrency, gold.pool_concurrency, gold.head_start_seconds) == (4, 8, 30.0)
-    assert "4 at a time per key; 8 in total across all gold keys" in staff_client.get("/staff/tiers/").content.decode()
+    html = staff_client.get("/staff/tiers/").content.decode()
+    assert "<li>Each key runs up to 4 requests at a time.</li><li>All gold keys together run up to 8 requests" in html
 
 
 @pytest.mark.parametrize(("change", "field"), [

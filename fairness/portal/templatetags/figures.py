@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
+
+from fairness.telemetry import alert_words
 
 register = template.Library()
 
@@ -65,3 +68,9 @@ def ago(moment: dt.datetime | None) -> str:
     if seconds < 3600:
         return f"{seconds // 60} min ago"
     return f"{timesince(moment)} ago"
+
+
+@register.filter
+def alert_in_words(alert: Any) -> str:
+    """A SaturationAlert as staff read it: figures for people, the waiting keys named."""
+    return alert_words.describe(alert.kind, alert.figures or {}, public=False)

@@ -1,0 +1,131 @@
+"""Every staff page, and the account pages, in headless Chromium at desktop and phone width:
+nothing scrolls sideways and axe-core finds no violation (tests/browser_checks.py). Also: staff
+land on the staff home after signing in, row actions stay reachable on a phone, and the keys
+page's live figures refresh without a reload."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from fairness.models import ApiKey, Replica, SaturationAlert
+from fairness.portal import actions
+from fairness.store.keyspace import ADMISSION_NAMESPACE
+from fairness.telemetry import polling
+from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
+from tests.browser_checks import check_page
+from tests.conftest import MODEL
+
+User = get_user_model()
+
+
+def sign_in_as_staff(page, base_url: str) -> None:
+    """Straight to the sign-in form, with no `next`: staff land on the staff home."""
+    page.goto(base_url + "/accounts/login/")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", STAFF_PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(base_url + "/staff/")
+
+
+def busy_portal(cast) -> dict[str, str]:
+    """Something on every page: a key in its grace period, one expiring, open and resolved
+    alerts, a draining and a disabled replica beside the live one, a deactivated user."""
+    staff = User.objects.create_user("sam", password=STAFF_PASSWORD, is_staff=True)
+    actor = actions.Actor(staff, "127.0.0.1")
+    now = timezone.now()
+    carol = ApiKey.objects.get(pk=cast["carol"].key_id)
+    actions.rotate(actor, carol, grace_seconds=3600)
+    bob = ApiKey.objects.get(pk=cast["bob"].key_id)
+    bob.expires_at = now + dt.timedelta(days=3)
+    bob.label = "a rather long label that a narrow screen has to wrap somewhere sensible"
+    bob.save()
+    for n in range(2):
+        SaturationAlert.objects.create(model=MODEL, kind=SaturationAlert.Kind.QUEUE, opened_at=now,
+                                       figures={"waiting": 40 + n, "running": 8, "ratio": 5.0})
+    SaturationAlert.objects.create(model=MODEL, kind=SaturationAlert.Kind.KV, opened_at=now - dt.timedelta(hours=2),
+                                   resolved_at=now - dt.timedelta(hours=1), figures={"kv_usage": 0.97})
+    Replica.objects.create(name="sim-drain", base_url="http://127.0.0.1:9", model="other", draining=True)
+    Replica.objects.create(name="sim-off", base_url="http://127.0.0.1:9", model="other", enabled=False)
+    dora = User.objects.create_user("dora")
+    actions.set_user_active(actor, dora, False)
+    asyncio.run(polling.poll_once())  # what the poll task does: the replica page shows health
+    return {"carol": carol.prefix, "bob": bob.prefix, "carol_id": str(carol.pk)}
+
+
+@pytest.mark.browser
+def test_every_staff_page_fits_a_phone_and_passes_axe(chromium, gateway, replica, cast, redis_url):
+    found = busy_portal(cast)
+    pages = [
+        "/staff/", "/staff/keys/", "/staff/keys/?state=all&sort=owner", "/staff/keys/issue/?owner=carol",
+        f"/staff/keys/{found['bob']}/rotate/", f"/staff/keys/{found['bob']}/revoke/",
+        "/staff/users/", "/staff/users/new/", "/staff/users/dora/password/",
+        "/staff/tiers/", "/staff/tiers/new/", "/staff/tiers/batch/edit/",
+        "/staff/replicas/", "/staff/replicas/new/", "/staff/replicas/sim-a/edit/",
+        "/staff/replicas/sim-a/disable/", "/staff/replicas/sim-off/delete/",
+        "/staff/alerts/", "/staff/audit/", "/staff/tokens/", "/staff/tokens/issue/",
+        "/accounts/password/", "/accounts/password/done/",
+    ]
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        check_page(page, gateway.url + "/accounts/login/")
+        sign_in_as_staff(page, gateway.url)
+        for path in pages:
+            check_page(page, gateway.url + path)
+        assert errors == []
+
+
+TABLE_OVERFLOW = ("(() => { const box = document.querySelector('.table-scroll');"
+                  " return box.scrollWidth - box.clientWidth; })()")
+
+
+@pytest.mark.browser
+def test_row_actions_stay_reachable_on_a_phone_and_in_view_on_a_desktop(chromium, gateway, replica, cast,
+                                                                       redis_url):
+    found = busy_portal(cast)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        sign_in_as_staff(page, gateway.url)
+        for path in ("/staff/keys/?state=all", "/staff/users/", "/staff/replicas/", "/staff/audit/"):
+            page.goto(gateway.url + path)
+            assert page.evaluate(TABLE_OVERFLOW) <= 0, f"{path}: the table scrolls sideways at 1280 px"
+
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(gateway.url + "/staff/keys/")
+        revoke = page.get_by_role("link", name=f"Revoke {found['bob']}")
+        revoke.scroll_into_view_if_needed()
+        box = revoke.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+        revoke.click()
+        page.wait_for_url(f"{gateway.url}/staff/keys/{found['bob']}/revoke/")
+
+        page.goto(gateway.url + "/staff/replicas/")
+        page.get_by_role("link", name="Disable sim-a").click()
+        page.wait_for_url(gateway.url + "/staff/replicas/sim-a/disable/")
+
+
+@pytest.mark.browser
+def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway, replica, cast, redis_url):
+    from playwright.sync_api import expect
+
+    found = busy_portal(cast)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        sign_in_as_staff(page, gateway.url)
+        page.goto(gateway.url + "/staff/keys/")
+        cell = page.locator(f'tr[data-prefix="{found["carol"]}"] td[data-figure="queued"]')
+        expect(cell).to_have_text("0")
+        grading = redis.Redis.from_url(redis_url)
+        try:
+            grading.hset(ADMISSION_NAMESPACE + "kq", found["carol_id"], 6)
+            expect(cell).to_have_text("6", timeout=15_000)  # the page polls every 5 s
+        finally:
+            grading.close()
+        expect(page.locator("#keys-status")).not_to_have_class("stale")
