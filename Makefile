@@ -40,9 +40,12 @@ engine:
 	scripts/engine-venv.sh
 	$(ENGINE_VENV)/bin/python -m tests.engine.make_model $(ENGINE_MODEL)
 
+# Ctrl-C or SIGTERM stops everything it started within seconds. DEMO_ARGS passes options on,
+# e.g. `make demo DEMO_ARGS="--port 8080 --no-traffic"`.
+DEMO_ARGS ?=
 demo: venv
 	scripts/ensure-redis.sh
-	$(PY) manage.py demo
+	$(PY) manage.py demo $(DEMO_ARGS)
 
 test: venv-dev lint engine
 	scripts/ensure-system.sh

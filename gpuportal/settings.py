@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 import dj_database_url
-import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -153,15 +152,19 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
-# collectstatic fills it (the Dockerfile does); made empty here so WhiteNoise, which scans it at
-# start-up, does not warn on a fresh checkout.
-STATIC_ROOT.mkdir(exist_ok=True)
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    # Plotly.js from the plotly package, served by us: the box may be offline, so no CDN.
-    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
-]
+STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# collectstatic fills it (`make demo`, the Dockerfile and the tests run it); made empty here so
+# WhiteNoise, which scans it at start-up, does not warn on a fresh checkout.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Hashed names (cached for a year) and gzip copies, made by collectstatic: a first visit of the
+# capacity page transfers about a tenth of what the plain files weighed. See static_storage.py.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "gpuportal.static_storage.StaticStorage"},
+}
+# Plotly.js (its basic bundle, vendored in static/vendor) is served by us: the box may be
+# offline, so no CDN.
+STATICFILES_DIRS = [BASE_DIR / "static"]
 # WhiteNoise serves straight from the finders too, so the gateway serves the pages' assets
 # without a collectstatic step.
 WHITENOISE_USE_FINDERS = True

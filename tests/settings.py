@@ -8,5 +8,10 @@ as child processes (DJANGO_SETTINGS_MODULE=gpuportal.settings) inherit it too.
 import os
 
 os.environ.setdefault("SECRET_KEY", "gpuportal-tests-only-" + "x" * 40)
+# A static root of the tests' own, which no collectstatic fills unless a test does (the page-weight
+# test collects into one of its own): the pages then link the plain files, as edited, never a stale
+# hashed copy a `make demo` left in staticfiles/.
+os.environ.setdefault("STATIC_ROOT", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                  "var", "test-staticfiles"))
 
 from gpuportal.settings import *  # noqa: E402, F403

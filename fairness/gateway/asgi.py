@@ -50,6 +50,21 @@ ROUTES: dict[str, View] = {
     "/v1/completions": views.completions,
     "/v1/models": views.models,
 }
+# Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
+PREFIX_ROUTES: dict[str, View] = {
+    "/v1/models/": views.model,
+}
+
+
+def route(path: str) -> View | None:
+    """The view for a /v1/ path, or None."""
+    view = ROUTES.get(path.rstrip("/") or "/")
+    if view is not None:
+        return view
+    for prefix, prefixed in PREFIX_ROUTES.items():
+        if path.startswith(prefix) and len(path) > len(prefix):
+            return prefixed
+    return None
 
 
 class _BodyTimedOut(Exception):
@@ -126,7 +141,7 @@ class GatewayApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         request_id = "req-" + uuid.uuid4().hex
-        view = ROUTES.get(scope["path"].rstrip("/") or "/")
+        view = route(scope["path"])
         try:
             if view is None:
                 raise ApiError(404, f"Unknown endpoint {scope['path']}.", "unknown_url")
@@ -246,7 +261,15 @@ async def _read_body(receive: Receive, content_length: str | None) -> bytes | No
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"The request body exceeds the limit of {limit} bytes.", "request_too_large")
+    return ApiError(
+        413, f"The request body is larger than the limit of {_mebibytes(limit)}; send a smaller one.",
+        "request_too_large",
+    )
+
+
+def _mebibytes(size: int) -> str:
+    """A byte count in MiB, as people read it: 4 MiB, 0.5 MiB, 1.25 MiB."""
+    return f"{round(size / 1048576, 2):g} MiB"
 
 
 async def _send_response(

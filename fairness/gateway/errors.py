@@ -29,7 +29,7 @@ class ApiError(Exception):
         self,
         status: int,
         message: str,
-        code: str,
+        code: str | None,
         *,
         param: str | None = None,
         retry_after: float | None = None,

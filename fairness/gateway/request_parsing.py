@@ -94,11 +94,64 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise _invalid(f"A list of several prompts {_ONE_SEQUENCE} Send one request per prompt instead.",
                        "prompt", "unsupported_value")
 
+    _check_sampling_types(payload)
+
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _invalid("'stream_options' must be an object.", "stream_options")
     wants_usage = bool(options and options.get("include_usage"))
     return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+
+
+# The common sampling parameters, checked for their type only (null means the default): a
+# mistyped one is refused here, naming it, rather than after the request waited its turn for an
+# engine that would refuse it anyway. Their ranges are the engine's to judge.
+_NUMBERS = ("temperature", "top_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p")
+_INTEGERS = ("seed", "top_k", "top_logprobs")
+_BOOLEANS = ("logprobs", "echo", "ignore_eos")
+
+
+def _check_sampling_types(payload: dict[str, Any]) -> None:
+    for name in _NUMBERS:
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise _invalid(f"'{name}' must be a number, not {_json_type(value)}.", name)
+    for name in _INTEGERS:
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _invalid(f"'{name}' must be an integer, not {_json_type(value)}.", name)
+    for name in _BOOLEANS:
+        value = payload.get(name)
+        if value is not None and not isinstance(value, bool) and not (name == "logprobs" and _is_int(value)):
+            raise _invalid(f"'{name}' must be a boolean, not {_json_type(value)}.", name)
+    stop = payload.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+        isinstance(stop, list) and all(isinstance(item, str) for item in stop)
+    ):
+        raise _invalid("'stop' must be a string or an array of strings.", "stop")
+    logit_bias = payload.get("logit_bias")
+    if logit_bias is not None and not isinstance(logit_bias, dict):
+        raise _invalid(f"'logit_bias' must be an object, not {_json_type(logit_bias)}.", "logit_bias")
+    user = payload.get("user")
+    if user is not None and not isinstance(user, str):
+        raise _invalid(f"'user' must be a string, not {_json_type(user)}.", "user")
+
+
+def _is_int(value: object) -> bool:
+    # The completions API's `logprobs` is a count, chat's a boolean.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
 
 
 def _prompt_count(prompt: str | list[Any]) -> int:

@@ -60,13 +60,28 @@ async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespon
         raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
     directory, key = request.directory, request.key
     data = [
-        {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
+        _model_object(name)
         for name in directory.models()
         if directory.serving(name, key.tier.name)
     ]
     return HttpResponse(
         json.dumps({"object": "list", "data": data}), content_type="application/json"
     )
+
+
+async def model(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
+    """One model, as the SDK's models.retrieve asks: the one /v1/models lists, or a 404."""
+    if request.method != "GET":
+        raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
+    name = request.path.removeprefix("/v1/models/").rstrip("/")
+    if not request.directory.serving(name, request.key.tier.name):
+        # Also for a model that exists but not for this tier: /v1/models does not list it either.
+        raise ApiError(404, f"The model '{name}' does not exist.", "model_not_found", param="model")
+    return HttpResponse(json.dumps(_model_object(name)), content_type="application/json")
+
+
+def _model_object(name: str) -> dict[str, str | int]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
 
 
 async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str) -> HttpResponseBase:
@@ -231,16 +246,27 @@ async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiErro
     except ApiError as exc:
         return exc
     status = response.status_code
-    message, code, param = f"The engine ({replica.name}) answered {status}.", "upstream_error", None
+    message = f"The engine ({replica.name}) answered {status}."
+    code: str | None = "upstream_error"
+    param = None
     try:
         body = json.loads(raw)
         detail = body.get("error", body) if isinstance(body, dict) else {}
         if isinstance(detail, dict) and isinstance(detail.get("message"), str):
             message = detail["message"]
-            code = str(detail.get("code") or detail.get("type") or code)
+            code = _openai_code(detail.get("code"))
             param = detail.get("param") if isinstance(detail.get("param"), str) else None
     except ValueError:
         pass
     if 400 <= status < 500:
+        # The type is OpenAI's for the status (errors.TYPES), not the engine's exception name.
         return ApiError(status, message, code, param=param)
     return ApiError(502, f"The engine ({replica.name}) failed: {message}", "upstream_error")
+
+
+def _openai_code(code: object) -> str | None:
+    """The engine's `code` when it is one in OpenAI's sense (a string such as
+    "context_length_exceeded"); vLLM repeats the HTTP status there (400), and OpenAI then sends null."""
+    if isinstance(code, str) and code and not code.isdigit():
+        return code
+    return None

@@ -12,14 +12,17 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from fairness.models import ApiKey, Tier, UsageHourly
+from fairness.portal import tier_policy
 from fairness.portal.queries import key_load, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
-from fairness.telemetry import usage_rollup
+from fairness.telemetry import latency, usage_rollup
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 USAGE_DAYS = 30
+# A person's own traffic is sparse: a day holds enough answered requests for a percentile.
+TTFT_WINDOW = dt.timedelta(hours=24)
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -54,7 +57,7 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
     live_tiers = Tier.objects.filter(pk__in={row["key"].tier_id for row in rows if row["live"]})
     return render(request, "me/dashboard.html", {
         "rows": rows,
-        "tiers": live_tiers,
+        "tiers": [{"tier": t, "sentences": tier_policy.in_words(t)} for t in live_tiers],
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "days": USAGE_DAYS,
     })
@@ -62,10 +65,17 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
 
 @login_required
 def usage(request: SignedInRequest) -> HttpResponse:
+    keys = list(_get_keys_for_user(request.user))
+    ttft = latency.ttft_by_key([k.pk for k in keys], timezone.now() - TTFT_WINDOW)
     return render(request, "me/usage.html", {
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "today": usage_rollup.summary(_get_usage_for_user(request.user, days=1)),
         "days": USAGE_DAYS,
+        "ttft_rows": [
+            {"key": k, "requests": t.requests if t else 0,
+             "p50": latency.ms_in_words(t.p50_ms if t else None), "p95": latency.ms_in_words(t.p95_ms if t else None)}
+            for k in keys if (t := ttft.get(k.pk)) or (k.revoked_at is None and not k.is_expired(timezone.now()))
+        ],
     })
 
 

@@ -4,19 +4,45 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from typing import Literal
+from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
-from fairness.models import EngineSample, SaturationAlert, Tier
+from fairness.gateway import openapi as gateway_openapi
+from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
+from fairness.portal import tier_policy
 from fairness.portal.admin_api import router as admin_router
-from fairness.telemetry import capacity_store, polling
-from fairness.telemetry.capacity_model import USER_COUNTS, public_sentence
+from fairness.scheduling.admission import admission_stats
+from fairness.scheduling.live_counts import Stats
+from fairness.store.redis_clients import redis_async
+from fairness.telemetry import alert_words, capacity_store, latency, polling, queue_state
+from fairness.telemetry.capacity_model import NO_REPLICA_SERVING, USER_COUNTS, public_sentence
 
-api = NinjaAPI(title="gpuportal", version="1", description="Capacity, replicas and alerts of a shared LLM endpoint.")
+
+class PortalApi(NinjaAPI):
+    """The portal's JSON API, whose document also describes the gateway's /v1/ endpoints: one
+    place to read about everything a client can call."""
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> Any:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return gateway_openapi.merge_into(schema)
+
+
+api = PortalApi(
+    title="gpuportal", version="1",
+    description="The OpenAI-compatible endpoint (/v1, with an API key), and the capacity, replicas and "
+                "alerts of a shared LLM endpoint.",
+)
 public = Router(tags=["public"])
+
+TTFT_WINDOW = dt.timedelta(hours=1)
+# How fast slots came back lately: long enough to hold several finished requests of a slow tier.
+FINISH_WINDOW = dt.timedelta(minutes=10)
 
 
 class PerUser(Schema):
@@ -27,6 +53,7 @@ class PerUser(Schema):
 class ModelCapacity(Schema):
     model: str
     sentence: str
+    serving_replicas: int  # enabled, not draining, not down: what the figures count
     total_tokens_per_second: float | None
     per_user: list[PerUser]
     basis: str | None
@@ -43,6 +70,7 @@ class ReplicaOut(Schema):
     generation_tps: float | None
     prefix_hit_rate: float | None
     max_num_seqs: int
+    draining: bool
     polled_at: dt.datetime
 
 
@@ -50,6 +78,14 @@ class TierOut(Schema):
     name: str
     description: str
     policy: str
+    policy_sentences: list[str]
+    waiting: int  # requests of this tier in the gateway's queue now
+    waiting_keys: int  # how many keys they come from
+    expected_wait_seconds: float | None  # for a new request now: 0 none, null unknown
+    expected_wait: str  # the same in words: "none", "about 3 min"
+    ttft_requests: int  # answered requests of the last hour
+    ttft_p50_ms: int | None
+    ttft_p95_ms: int | None
 
 
 class AlertOut(Schema):
@@ -66,7 +102,11 @@ class Totals(Schema):
     waiting_gateway: float
     replicas: int
     replicas_healthy: int
+    replicas_serving: int
     generation_tps: float
+    free_slots: int | None  # serving slots no request holds; null when no gateway has stated them
+    queue_status: str  # "none", "backlog" (held by tier caps beside free slots) or "full"
+    queue_note: str
 
 
 class CapacityOut(Schema):
@@ -86,8 +126,9 @@ class SeriesOut(Schema):
     generation_tps: list[float]
 
 
-def _replica(row: dict) -> ReplicaOut:
-    return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.UTC), **{
+def _replica(row: dict, draining: set[str]) -> ReplicaOut:
+    return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.UTC),
+                      draining=row["name"] in draining, **{
         k: row[k] for k in ("name", "model", "healthy", "running", "waiting", "kv_usage", "generation_tps",
                             "prefix_hit_rate", "max_num_seqs")
     })
@@ -95,7 +136,7 @@ def _replica(row: dict) -> ReplicaOut:
 
 def _alert(alert: SaturationAlert) -> AlertOut:
     return AlertOut(model=alert.model, kind=alert.kind, opened_at=alert.opened_at,
-                    resolved_at=alert.resolved_at, summary=alert.describe())
+                    resolved_at=alert.resolved_at, summary=alert_words.describe(alert.kind, alert.figures or {}))
 
 
 def _open_alerts() -> list[AlertOut]:
@@ -104,19 +145,68 @@ def _open_alerts() -> list[AlertOut]:
     return [_alert(a) for a in alerts]
 
 
-def _tiers() -> list[TierOut]:
-    return [TierOut(name=t.name, description=t.description, policy=t.policy_sentence()) for t in Tier.objects.all()]
+def _draining() -> set[str]:
+    return set(Replica.objects.filter(enabled=True, draining=True).values_list("name", flat=True))
+
+
+def _tiers(queues: dict[str, queue_state.TierQueue], free: int | None) -> list[TierOut]:
+    now = timezone.now()
+    ttft = latency.ttft_by_tier(now - TTFT_WINDOW)
+    finishes = latency.finishes_per_second_by_tier(now - FINISH_WINDOW, now)
+    tiers = list(Tier.objects.all())
+    heads = {t.name: t.head_start_seconds for t in tiers}
+    out = []
+    for t in tiers:
+        rule = queue_state.TierRule(t.name, t.pool_concurrency, t.borrow_idle_slots, t.head_start_seconds)
+        # Held by its own pool cap, it waits for its pool's slots; otherwise for anyone's.
+        pool_bound = free is not None and free > 0
+        rate = finishes.get(t.name) if pool_bound else sum(finishes.values())
+        wait = queue_state.expected_wait(rule, queues, heads, free, settings.GP_RESERVE_SLOTS, rate)
+        q = queues.get(t.name)
+        lat = ttft.get(t.name)
+        sentences = tier_policy.in_words(t)
+        out.append(TierOut(
+            name=t.name, description=t.description, policy=" ".join(sentences), policy_sentences=sentences,
+            waiting=q.waiting if q else 0, waiting_keys=q.keys if q else 0,
+            expected_wait_seconds=wait, expected_wait=queue_state.wait_in_words(wait),
+            ttft_requests=lat.requests if lat else 0,
+            ttft_p50_ms=lat.p50_ms if lat else None, ttft_p95_ms=lat.p95_ms if lat else None,
+        ))
+    return out
+
+
+def _tier_of_key(stats: Stats) -> dict[str, str]:
+    ids = [int(k) for k in stats["keys"] if k.isdigit()]
+    return {str(pk): tier for pk, tier in ApiKey.objects.filter(pk__in=ids).values_list("pk", "tier__name")}
+
+
+def queue_note(status: str, queues: dict[str, queue_state.TierQueue], free: int | None) -> str:
+    """The queue in a sentence: who waits, and whether a full card or their own caps hold them."""
+    waiting = [q for q in sorted(queues.values(), key=lambda q: -q.waiting) if q.waiting]
+    if status == "none":
+        return "Nobody is waiting."
+    who = "; ".join(
+        f"{q.tier}: {q.waiting:,} {'request' if q.waiting == 1 else 'requests'} from "
+        f"{q.keys:,} {'key' if q.keys == 1 else 'keys'}" for q in waiting
+    )
+    if status == "backlog":
+        return (f"Waiting behind their own tier's limits, not for a full card ({free} "
+                f"{'slot' if free == 1 else 'slots'} free): {who}. More capacity would not shorten this queue.")
+    return f"Every slot is busy and requests wait for one: {who}."
 
 
 @public.get("/capacity", response=CapacityOut, summary="What the endpoint serves now, and what to expect")
 async def capacity(request):
-    estimates = await capacity_store.read_estimates()
+    estimates, serving = await capacity_store.read_published()
     rows = await polling.latest_readings()
+    stats = await admission_stats(redis_async())
     models = []
     for model, estimate in sorted(estimates.items()):
+        none_serving = serving.get(model, 0) == 0
         models.append(ModelCapacity(
             model=model,
-            sentence=public_sentence(estimate),
+            sentence=NO_REPLICA_SERVING if none_serving else public_sentence(estimate),
+            serving_replicas=serving.get(model, 0),
             total_tokens_per_second=estimate.total_tokens_per_second if estimate else None,
             per_user=(
                 [PerUser(users=n, tokens_per_second=estimate.per_user(n)) for n in USER_COUNTS] if estimate else []
@@ -124,18 +214,28 @@ async def capacity(request):
             basis=estimate.basis if estimate else None,
             samples=estimate.samples if estimate else 0,
         ))
+    queues = queue_state.tier_queues(stats, await sync_to_async(_tier_of_key)(stats))
+    # Every replica admission counts slots on (a draining one has left its groups).
+    free = queue_state.free_slots(stats, list(stats["replicas"]))
+    waiting_gateway = sum(q.waiting for q in queues.values())
+    status = queue_state.status(waiting_gateway, free)
     healthy = [r for r in rows if r["healthy"]]
+    draining = await sync_to_async(_draining)()
     totals = Totals(
         running=sum(r["running"] or 0 for r in healthy),
         waiting_engine=sum(r["waiting"] or 0 for r in healthy),
-        waiting_gateway=sum(r["gateway_waiting"] or 0 for r in rows),
+        # Admission's live count, so the total and its split by tier agree.
+        waiting_gateway=waiting_gateway,
         replicas=len(rows),
         replicas_healthy=len(healthy),
+        replicas_serving=sum(serving.values()),
         generation_tps=sum(r["generation_tps"] or 0 for r in healthy),
+        free_slots=free, queue_status=status, queue_note=queue_note(status, queues, free),
     )
     return CapacityOut(
-        models=models, totals=totals, replicas=[_replica(r) for r in rows],
-        tiers=await sync_to_async(_tiers)(), alerts=await sync_to_async(_open_alerts)(), updated_at=timezone.now(),
+        models=models, totals=totals, replicas=[_replica(r, draining) for r in rows],
+        tiers=await sync_to_async(_tiers)(queues, free), alerts=await sync_to_async(_open_alerts)(),
+        updated_at=timezone.now(),
     )
 
 
@@ -171,7 +271,8 @@ def _series(window: str) -> SeriesOut:
 
 @public.get("/replicas", response=list[ReplicaOut], summary="Every replica as of the last poll")
 async def replicas(request):
-    return [_replica(r) for r in await polling.latest_readings()]
+    draining = await sync_to_async(_draining)()
+    return [_replica(r, draining) for r in await polling.latest_readings()]
 
 
 @public.get("/alerts", response=list[AlertOut], summary="Saturation alerts open now, and those of the last day")

@@ -8,6 +8,7 @@ from django.shortcuts import render
 
 from fairness.models import SaturationAlert
 from fairness.portal import public_api
+from fairness.telemetry.latency import ms_in_words
 
 ALERT_KINDS = dict(SaturationAlert.Kind.choices)
 
@@ -20,6 +21,11 @@ async def capacity(request: HttpRequest) -> HttpResponse:
     context = {
         "now": now,
         "waiting": now.totals.waiting_engine + now.totals.waiting_gateway,
+        "ttft": [
+            {"tier": t.name, "p50": ms_in_words(t.ttft_p50_ms), "p95": ms_in_words(t.ttft_p95_ms),
+             "requests": t.ttft_requests}
+            for t in now.tiers
+        ],
         "alerts": [
             {**a.model_dump(), "kind_label": ALERT_KINDS.get(a.kind, a.kind)} for a in now.alerts
         ],

@@ -273,8 +273,11 @@ class Admission:
                 if state == -1:
                     in_redis = False
                     raise QueueFull(
-                        f"Too many queued requests for this key: the limit is "
-                        f"{demand.max_queued_per_key} (max_queued_per_key).",
+                        f"This key already has {demand.max_queued_per_key} "
+                        f"request{'' if demand.max_queued_per_key == 1 else 's'} waiting, the most "
+                        f"its tier allows to queue at once; retry when one of them has started."
+                        if demand.max_queued_per_key else
+                        "No slot is free and this key's tier does not let requests wait; retry shortly.",
                         min(_MAX_RETRY_AFTER, int(reply[1])),
                     )
                 self._queued.add(handle)
@@ -284,8 +287,8 @@ class Admission:
                 if waited is None:
                     in_redis = False
                     raise QueueTimeout(
-                        f"No capacity within {demand.max_wait_seconds:g} s "
-                        f"(max_queue_wait_seconds); the request was not started.",
+                        f"No capacity came free within {demand.max_wait_seconds:g} s, the longest its "
+                        f"tier lets a request wait in the queue; the request was not started.",
                         max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds))),
                     )
                 if waited.granted:

@@ -8,6 +8,8 @@ import datetime as dt
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 from asgiref.sync import sync_to_async
@@ -15,15 +17,16 @@ from django.conf import settings
 from django.core.mail import mail_admins
 
 from fairness.gateway import engine_client
-from fairness.models import SaturationAlert
+from fairness.models import ApiKey, SaturationAlert
+from fairness.scheduling.admission import admission_stats
+from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
-from fairness.telemetry import usage
+from fairness.telemetry import alert_words, queue_state, usage
 from fairness.telemetry.polling import Reading
-from fairness.telemetry.saturation import SaturationDetector, Transition
+from fairness.telemetry.saturation import KINDS, SaturationDetector, Transition
 
 log = logging.getLogger(__name__)
-
 
 
 def detector_settings() -> dict[str, float]:
@@ -38,9 +41,13 @@ def detector_settings() -> dict[str, float]:
 
 
 async def observe(readings: list[Reading], gateway_queued: dict[str, float], now: float) -> list[Transition]:
-    """One poll's worth of demand per model; returns the alerts opened or resolved by it."""
+    """One poll's worth of demand per model; returns the alerts opened or resolved by it. The
+    queue alert needs the serving slots full (admission's live counts): a backlog beside free
+    slots is held by its tier's caps, and more capacity would not shorten it."""
     demand: dict[str, dict[str, float]] = defaultdict(lambda: {"waiting": 0.0, "running": 0.0, "kv": -1.0})
+    replicas: dict[str, list[str]] = defaultdict(list)
     for reading in readings:
+        replicas[reading.replica.model].append(reading.replica.name)
         if reading.snapshot is None:
             continue
         figures = demand[reading.replica.model]
@@ -52,18 +59,38 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
         if reading.snapshot.kv_usage is not None:  # one full replica is enough to flag
             figures["kv"] = max(figures["kv"], reading.snapshot.kv_usage)
     client = redis_async()
+    stats = await admission_stats(client)
+    who = await sync_to_async(_who_waits)(stats)
     changes = []
     for model, figures in demand.items():
         raw = await client.get(keyspace.saturation_state(model))
         detector = _restore(raw)
         waiting = figures["waiting"] + gateway_queued.get(model, 0.0)
         kv = figures["kv"] if figures["kv"] >= 0 else None
-        for transition in detector.observe(now, waiting, figures["running"], kv):
-            await sync_to_async(_record)(model, transition)
-            await notify(model, transition)
+        # An engine's own queue means its slots are full, whatever admission counts (someone
+        # reaches it directly, or it runs fewer sequences than its max_num_seqs says).
+        free = 0 if figures["waiting"] > 0 else queue_state.free_slots(stats, replicas[model])
+        current = {"waiting": waiting, "running": figures["running"], "kv_usage": kv, "free_slots": free, **who}
+        for transition in detector.observe(now, waiting, figures["running"], kv, free_slots=free):
+            await sync_to_async(_record)(model, transition, current)
+            await notify(model, transition, current)
             changes.append(transition)
+        open_kinds = [kind for kind in KINDS if detector.is_open(kind)]
+        if open_kinds:  # an open alert's figures follow the queue until it resolves
+            await sync_to_async(_update_open)(model, open_kinds, current)
         await client.set(keyspace.saturation_state(model), json.dumps(detector.to_state()))
     return changes
+
+
+def _who_waits(stats: Stats) -> dict[str, dict[str, int]]:
+    """Requests waiting per tier, and per key prefix (the staff pages name them)."""
+    waiting = {key: figures["queued"] for key, figures in stats["keys"].items() if figures["queued"] > 0}
+    ids = [int(key) for key in waiting if key.isdigit()]
+    prefixes = dict(ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix"))
+    return {
+        "waiting_by_tier": {tier: t["queued"] for tier, t in stats["tiers"].items() if t["queued"] > 0},
+        "waiting_keys": {prefixes[int(k)]: n for k, n in waiting.items() if k.isdigit() and int(k) in prefixes},
+    }
 
 
 def _restore(raw: bytes | str | None) -> SaturationDetector:
@@ -75,14 +102,18 @@ def _restore(raw: bytes | str | None) -> SaturationDetector:
     return SaturationDetector(**detector_settings())
 
 
-def _record(model: str, transition: Transition) -> None:
-    at = dt.datetime.fromtimestamp(transition.at, tz=dt.UTC)
-    figures = {
+def _peak(transition: Transition) -> dict[str, Any]:
+    return {
         "waiting": transition.peak.waiting,
         "running": transition.peak.running,
         "ratio": round(transition.peak.ratio, 2),
         "kv_usage": transition.peak.kv_usage,
     }
+
+
+def _record(model: str, transition: Transition, current: dict[str, Any]) -> None:
+    at = dt.datetime.fromtimestamp(transition.at, tz=dt.UTC)
+    figures = {**_peak(transition), "now": current}
     if transition.event == "opened":
         SaturationAlert.objects.create(model=model, kind=transition.kind, opened_at=at, figures=figures)
     else:
@@ -91,10 +122,21 @@ def _record(model: str, transition: Transition) -> None:
         )
 
 
-async def notify(model: str, transition: Transition) -> None:
-    message = (
-        f"gpuportal: {model} {transition.kind} saturation {transition.event} "
-        f"(waiting {transition.peak.waiting:g}, running {transition.peak.running:g})"
+def _update_open(model: str, kinds: Sequence[str], current: dict[str, Any]) -> None:
+    for alert in SaturationAlert.objects.filter(model=model, kind__in=kinds, resolved_at=None):
+        figures = dict(alert.figures or {})
+        figures["now"] = current
+        # The peak grows with the episode; "now" is what the pages quote first.
+        figures["waiting"] = max(float(figures.get("waiting", 0)), current["waiting"])
+        alert.figures = figures
+        alert.save(update_fields=["figures"])
+
+
+async def notify(model: str, transition: Transition, current: dict[str, Any] | None = None) -> None:
+    figures = {**_peak(transition), "now": current} if current else _peak(transition)
+    event = "opened" if transition.event == "opened" else "resolved"
+    message = f"gpuportal: {model}: {transition.kind} alert {event}. " + alert_words.describe(
+        transition.kind, figures, public=False
     )
     payload = {
         "event": transition.event, "model": model, "kind": transition.kind, "at": transition.at,

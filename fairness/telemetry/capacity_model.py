@@ -6,15 +6,17 @@ cost (attention over its KV cache). So the card yields g(n) = n / (a + c·n) tok
 total and 1 / (a + c·n) to each sequence. Fitting a and c to the (running, tok/s) samples the poller
 records gives the figures people schedule around.
 
-Samples summed over several replicas of one model fit the same curve with c divided by the
-number of replicas, as long as the router spreads the load evenly; `slots` is then the sum of
-their `max_num_seqs`.
+The curve is fitted to each replica's own samples (one replica's step time), so a replica that
+is down, draining or new changes which replicas count, never what was learnt: the figures
+published for R replicas serving now are the same curve with c divided by R (the router spreads
+the load evenly), and `slots` the sum of their `max_num_seqs` (`for_replicas`).
 
 No Django imports, so the Celery task and the tests call it directly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -95,8 +97,20 @@ class CapacityEstimate:
         )
 
 
+NO_REPLICA_SERVING = "No replica of this model takes new requests right now."
+
+
 def public_sentence(estimate: CapacityEstimate | None, users: int = DEFAULT_USERS) -> str:
     return NOT_ENOUGH_DATA if estimate is None else estimate.sentence(users)
+
+
+def for_replicas(curve: CapacityEstimate, slots: Sequence[int]) -> CapacityEstimate | None:
+    """One replica's fitted curve, scaled to the replicas serving now (`slots`: each one's
+    max_num_seqs); None when none serves. Even spreading makes each of R replicas run n / R of
+    n sequences, so the total over R follows a + (c / R)·n."""
+    if not slots:
+        return None
+    return dataclasses.replace(curve, c=curve.c / len(slots), slots=sum(slots))
 
 
 def estimate_capacity(

@@ -1,5 +1,8 @@
 """Saturation alerts: a queue persistently many times the batch, or a KV cache persistently full.
 
+The queue counts only while the serving slots are full: requests that wait beside free slots are
+held by their tier's own caps (a policy backlog), which more capacity would not shorten.
+
 A state machine with explicit time, fed one observation per poll. An alert opens when its
 condition has held at every observation for a whole window, and resolves when it has failed at
 every observation for `resolve_window_seconds`, so a brief spike never opens one and a sustained
@@ -98,11 +101,14 @@ class SaturationDetector:
 
     def observe(
         self, t: float, waiting: float, running: float, kv_usage: float | None,
+        free_slots: float | None = None,
     ) -> list[Transition]:
-        """Take one poll's figures at time `t` (seconds); return the alerts it opens or resolves."""
+        """Take one poll's figures at time `t` (seconds); return the alerts it opens or resolves.
+        `free_slots`: serving slots no request holds (None when admission does not know)."""
         figures = Figures(waiting, running, waiting / max(running, 1.0), kv_usage)
         transitions: list[Transition] = []
-        queue = self._step("queue", t, figures.ratio >= self.k, figures)
+        full = free_slots is None or free_slots <= 0
+        queue = self._step("queue", t, figures.ratio >= self.k and full, figures)
         if queue is not None:
             transitions.append(queue)
         # An engine without a KV gauge gives no evidence either way: the KV track skips it.

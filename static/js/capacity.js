@@ -7,8 +7,6 @@
   const FAST_MS = 5000;
   const SLOW_MS = 60000;
   const SPAN_MS = { hour: 3600e3, day: 86400e3 };
-  // A portal younger than the window shows what it has, but never less than this much time.
-  const MIN_SPAN_MS = { hour: 600e3, day: 7200e3 };
   // The series' bucket widths (fairness/api.py); missing buckets beyond a few mean no polls.
   const BUCKET_MS = { hour: 10e3, day: 300e3 };
   const COLORS = { running: "#1f5fbf", waiting: "#d9822b", tokens: "#1a7f37" };
@@ -18,6 +16,9 @@
   let chartWindow = "hour";
   let timer = null;
   let busy = false;
+  const CALM = "None open. An alert opens when requests keep waiting while every slot is busy: a " +
+    "queue that is always full is a capacity decision, not a fairness problem. Requests held by " +
+    "their own tier's limits beside free slots are shown above, not alerted on.";
 
   // Formatting mirrors fairness/templatetags/figures.py, so a refresh does not reflow the page.
   const rate = (v) => (v == null ? "–" : v >= 10 || v === 0 ? Math.round(v).toLocaleString("en-US") : v.toFixed(1));
@@ -39,6 +40,19 @@
     document.getElementById(id).textContent = value;
   }
 
+  // As fairness/telemetry/latency.py's ms_in_words.
+  const ms = (v) => (v == null ? "–" : v < 1000 ? `${v} ms`
+    : v < 10000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v / 1000).toLocaleString("en-US")} s`);
+
+  function basis(m) {
+    const measured = m.basis === "curve"
+      ? `Measured from ${m.samples} busy moments of the last hour.`
+      : `Measured from ${m.samples} busy moments of the last hour, all at a similar load: figures ` +
+        "for loads not seen yet follow how such cards usually slow down as they fill.";
+    const replicas = m.serving_replicas === 1 ? "replica" : "replicas";
+    return `${measured} Counts the ${m.serving_replicas} ${replicas} taking new requests now.`;
+  }
+
   function renderModels(models) {
     const sections = models.map((m, i) => {
       const section = el("section", { class: "card model", "aria-labelledby": `model-${i + 1}` },
@@ -46,16 +60,13 @@
         el("p", { class: "sentence" }, m.sentence));
       if (m.per_user.length) {
         section.append(
-          el("div", { class: "table-scroll" }, el("table", { class: "per-user" },
-            el("caption", {}, "Expected tokens per second, by number of concurrent users"),
-            el("thead", {}, el("tr", {}, el("th", { scope: "row" }, "Concurrent users"),
-              ...m.per_user.map((p) => el("th", { scope: "col" }, String(p.users))))),
-            el("tbody", {}, el("tr", {}, el("th", { scope: "row" }, "Each user"),
-              ...m.per_user.map((p) => el("td", {}, rate(p.tokens_per_second))))))),
-          el("p", { class: "basis" }, m.basis === "curve"
-            ? `Fitted to ${m.samples} busy samples of recent traffic.`
-            : `Estimated from ${m.samples} samples of recent traffic; the loads seen so far were too ` +
-              "alike to measure how throughput bends with load, so that shape is assumed."));
+          el("table", { class: "per-user" },
+            el("caption", {}, "Expected tokens per second for each user, by number of users at once"),
+            el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Users at once"),
+              el("th", { scope: "col" }, "Each user, tok/s"))),
+            el("tbody", {}, ...m.per_user.map((p) => el("tr", {},
+              el("th", { scope: "row" }, String(p.users)), el("td", {}, rate(p.tokens_per_second)))))),
+          el("p", { class: "basis" }, basis(m)));
       }
       return section;
     });
@@ -66,19 +77,29 @@
     document.getElementById("models").replaceChildren(...sections);
   }
 
-  function renderNow(totals, replicas) {
+  function state(r) {
+    if (!r.healthy) return el("span", { class: "health down" }, "down");
+    if (r.draining) return el("span", { class: "health draining" }, "draining");
+    return el("span", { class: "health ok" }, "serving");
+  }
+
+  function renderNow(totals, replicas, tiers) {
     text("running", count(totals.running));
     text("waiting", count(totals.waiting_engine + totals.waiting_gateway));
     text("waiting-detail",
-      `${count(totals.waiting_engine)} in the engines, ${count(totals.waiting_gateway)} in the gateway’s queue`);
+      `${count(totals.waiting_gateway)} in the gateway’s queue, ${count(totals.waiting_engine)} in the engines`);
     text("generation", rate(totals.generation_tps));
-    text("replicas-healthy", `${totals.replicas_healthy} of ${totals.replicas}`);
+    text("replicas-healthy", `${totals.replicas_serving} of ${totals.replicas}`);
+    const note = document.getElementById("queue-note");
+    note.className = `queue-note ${totals.queue_status}`;
+    note.textContent = totals.queue_note;
+    document.getElementById("tier-waits").replaceChildren(...tiers.map((t) => el("tr", {},
+      el("th", { scope: "row" }, t.name), el("td", { class: "num" }, String(t.waiting)),
+      el("td", {}, t.expected_wait))));
     const rows = replicas.map((r) => el("tr", {},
       el("th", { scope: "row" }, r.name),
       el("td", {}, el("code", {}, r.model)),
-      el("td", {}, r.healthy
-        ? el("span", { class: "health ok" }, "healthy")
-        : el("span", { class: "health down" }, "down")),
+      el("td", {}, state(r)),
       el("td", { class: "num" }, `${count(r.running)} / ${r.max_num_seqs}`),
       el("td", { class: "num" }, count(r.waiting)),
       el("td", { class: "num" }, percent(r.kv_usage)),
@@ -95,21 +116,25 @@
       el("p", { class: "since" }, "Open since ",
         el("time", { datetime: a.opened_at }, `${minute(a.opened_at)} UTC`))));
     if (!items.length) {
-      items.push(el("p", { class: "calm" }, "None open. An alert opens when requests keep waiting far " +
-        "beyond what is running: a queue that is always full is a capacity decision, not a fairness problem."));
+      items.push(el("p", { class: "calm" }, CALM));
     }
     document.getElementById("alerts").replaceChildren(...items);
   }
 
   function renderTiers(tiers) {
-    document.getElementById("tiers").replaceChildren(...tiers.map((t) => el("div", {},
-      el("dt", {}, t.name),
-      el("dd", {}, `${t.description ? t.description + " " : ""}${t.policy.charAt(0).toUpperCase()}${t.policy.slice(1)}.`))));
+    document.getElementById("tiers").replaceChildren(...tiers.map((t) => el("section",
+      { class: "tier", "aria-labelledby": `tier-${t.name}` },
+      el("h3", { id: `tier-${t.name}` }, t.name),
+      t.description ? el("p", {}, t.description) : null,
+      el("ul", { class: "policy" }, ...t.policy_sentences.map((line) => el("li", {}, line))))));
+    document.getElementById("ttft-rows").replaceChildren(...tiers.map((t) => el("tr", {},
+      el("th", { scope: "row" }, t.name), el("td", { class: "num" }, ms(t.ttft_p50_ms)),
+      el("td", { class: "num" }, ms(t.ttft_p95_ms)), el("td", { class: "num" }, String(t.ttft_requests)))));
   }
 
   function render(capacity) {
     renderModels(capacity.models);
-    renderNow(capacity.totals, capacity.replicas);
+    renderNow(capacity.totals, capacity.replicas, capacity.tiers);
     renderAlerts(capacity.alerts);
     renderTiers(capacity.tiers);
     const updated = document.getElementById("updated");
@@ -120,9 +145,9 @@
   let serverNow = initial.capacity.updated_at;
 
   function layout(title, series) {
+    // The whole window, however young the portal: "last day" always spans the day.
     const end = new Date(serverNow).getTime();
-    const first = series.t.length ? new Date(series.t[0]).getTime() : -Infinity;
-    const start = Math.max(end - SPAN_MS[series.window], Math.min(first, end - MIN_SPAN_MS[series.window]));
+    const start = end - SPAN_MS[series.window];
     const range = [new Date(start).toISOString(), new Date(end).toISOString()].map(utc);
     return {
       margin: { l: 56, r: 16, t: 8, b: 36 },

@@ -182,3 +182,31 @@ def test_an_open_alert_survives_the_round_trip():
 def test_an_unreadable_state_is_refused(state):
     with pytest.raises(ValueError):
         SaturationDetector.from_state(state)
+
+
+def test_a_queue_beside_free_slots_is_a_policy_backlog_and_opens_nothing():
+    detector = SaturationDetector()
+    t, transitions = 0.0, []
+    while t < 600:  # 95 waiting for 5 running, for ten minutes, with the reserve's 3 slots idle
+        transitions += detector.observe(t, 95, 5, 0.05, free_slots=3)
+        t += POLL
+    assert transitions == []
+    assert not detector.is_open("queue")
+
+
+def test_the_same_queue_with_every_slot_busy_opens_the_alert():
+    detector = SaturationDetector()
+    t, transitions = 0.0, []
+    while t < 120:
+        transitions += detector.observe(t, 95, 5, 0.05, free_slots=0)
+        t += POLL
+    assert [tr.event for tr in transitions] == ["opened"]
+
+
+def test_slots_freeing_up_resolves_an_open_queue_alert():
+    detector = SaturationDetector()
+    for i in range(40):
+        detector.observe(i * POLL, 40, 8, None, free_slots=0)
+    assert detector.is_open("queue")
+    resolved = [tr for i in range(40, 80) for tr in detector.observe(i * POLL, 40, 8, None, free_slots=2)]
+    assert [tr.event for tr in resolved] == ["resolved"]

@@ -5,8 +5,8 @@ Which answers are allowed, and when (anything else is a failure, and a 500 alway
 
 - 200 with a whole answer, at any time; an abandoned call, whatever came back before;
 - 429 (a queue limit), at any time;
-- 503 `store_unavailable` for a call sent between Redis going away and `recovery_limit` (2 s)
-  after it answers PING again;
+- 503 `store_unavailable` for a call in flight between Redis going away and `recovery_limit`
+  (2 s) after it answers PING again;
 - 503 `no_healthy_replica`, 502 and 504 (and a stream cut off by an error event) for a call in
   flight while a replica was dead, until 3 s after it answers again (the health probe's interval
   and cool-down: the gateways must notice);
@@ -110,7 +110,8 @@ def _excuse(out: Outcome, label: str, windows: list[Window], scenario: Scenario)
     for window in windows:
         end = _window_end(window, scenario)
         if window.kind in kinds.REDIS_FAULTS:
-            if out.status == 503 and out.code == "store_unavailable" and window.start <= out.sent_at <= end:
+            # Sent just before Redis went, it may need Redis (to be admitted) only once it is gone.
+            if out.status == 503 and out.code == "store_unavailable" and _overlaps(out, window.start, end):
                 return window.kind
             if out.status == 200 and _overlaps(out, window.start, end):
                 return window.kind  # a stream ended by the outage
@@ -284,7 +285,9 @@ def _judge_recovery(scenario: Scenario, evidence: Evidence, report: Report) -> N
                   if _by_policy(o) and o.sent_at >= window.ready and o.headers_at is not None]
         recovery = (min(firsts) - window.ready) if firsts else None
         # Any failure sent after the limit (until the next outage) counts, not only Redis's own.
-        late = [o for o in evidence.outcomes if window.ready + scenario.recovery_limit < o.sent_at < until
+        # (Answered before the next outage began: a call it caught is that outage's to excuse.)
+        late = [o for o in evidence.outcomes if window.ready + scenario.recovery_limit < o.sent_at
+                and (o.ended_at or o.sent_at) < until
                 and o.status is not None and o.status >= 500 and _excuse(o, _label(o), [], scenario) is None
                 and not any(w.start <= o.sent_at <= _window_end(w, scenario) for w in evidence.windows
                             if w.kind not in kinds.REDIS_FAULTS)]

@@ -60,8 +60,9 @@ def test_the_capacity_page_shows_the_estimate_and_follows_the_load(
             page.goto(gateway.url + "/capacity/")
 
             assert SENTENCE.fullmatch(page.locator(".model .sentence").first.inner_text())
+            # One row per number of users, so the table reads down a phone's screen.
             table = page.locator("table.per-user").first
-            users = table.locator("thead th[scope=col]").all_inner_texts()
+            users = table.locator("tbody th[scope=row]").all_inner_texts()
             assert users == [str(n) for n in USER_COUNTS]
             cells = table.locator("tbody td").all_inner_texts()
             assert len(cells) == len(USER_COUNTS)

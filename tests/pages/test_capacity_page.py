@@ -46,13 +46,13 @@ def test_the_site_root_leads_to_the_capacity_page(gateway):
 def test_plotly_comes_from_our_own_static_files(gateway):
     page = httpx.get(gateway.url + "/capacity/", timeout=10).text
     scripts = re.findall(r'<script[^>]+src="([^"]+)"', page)
-    assert "/static/vendor/plotly/plotly.min.js" in scripts
+    assert "/static/vendor/plotly-basic/plotly-basic.min.js" in scripts
     # No CDN: the box may be offline.
     assert all(src.startswith("/static/") for src in scripts), scripts
-    plotly = httpx.get(gateway.url + "/static/vendor/plotly/plotly.min.js", timeout=10)
+    plotly = httpx.get(gateway.url + "/static/vendor/plotly-basic/plotly-basic.min.js", timeout=10)
     assert plotly.status_code == 200
     assert "javascript" in plotly.headers["content-type"]
-    assert len(plotly.content) > 1_000_000
+    assert len(plotly.content) > 500_000  # the library itself, not an error page
 
 
 def test_an_open_alert_is_on_the_page_with_what_to_decide(gateway, replica):

@@ -65,6 +65,9 @@ def test_the_pages_and_the_api_docs_work_under_the_policy_with_nothing_from_else
         assert response is not None and response.status == 200
         page.wait_for_selector(".swagger-ui .opblock", timeout=15_000)  # the operations, rendered
         assert page.locator(".swagger-ui .opblock").count() > 3
+        # The gateway's /v1/ endpoints are in the same document as the JSON API.
+        assert page.locator(".swagger-ui .opblock-summary-path", has_text="/v1/chat/completions").count() == 1
+        assert page.locator(".swagger-ui .opblock-summary-path", has_text="/v1/models/{model}").count() == 1
         page.screenshot(path=screenshot_dir / "api-docs.png", full_page=True)
         context.close()
 

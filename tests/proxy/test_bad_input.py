@@ -108,9 +108,40 @@ def test_an_unknown_model_gets_404(gateway, replica, cast):
     assert "gpt-99" in error["message"]
 
 
-def test_an_oversized_body_gets_413(gateway, replica, cast):
+def test_an_oversized_body_gets_413_stating_the_limit_in_mib(gateway, replica, cast):
     huge = {**CHAT, "messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]}
-    assert_error(post(gateway, cast["alice"].secret, huge), 413, "request_too_large")
+    error = assert_error(post(gateway, cast["alice"].secret, huge), 413, "request_too_large")
+    assert "4 MiB" in error["message"] and "4194304" not in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "path"),
+    [
+        ("temperature", "hot", "/v1/chat/completions"),
+        ("top_p", [0.9], "/v1/chat/completions"),
+        ("presence_penalty", True, "/v1/chat/completions"),
+        ("frequency_penalty", {"x": 1}, "/v1/completions"),
+        ("seed", 1.5, "/v1/chat/completions"),
+        ("stop", 7, "/v1/completions"),
+        ("stop", ["ok", 7], "/v1/chat/completions"),
+        ("logit_bias", [1], "/v1/chat/completions"),
+    ],
+)
+def test_a_mistyped_sampling_parameter_gets_400_naming_it_before_it_queues(
+    gateway, replica, cast, sim, param, value, path
+):
+    base = CHAT if path.endswith("chat/completions") else {"model": MODEL, "prompt": "hi"}
+    body = {**base, param: value}
+    seen = len(sim.requests())
+    error = assert_error(post(gateway, cast["alice"].secret, body, path=path), 400, "invalid_type")
+    assert error["param"] == param and f"'{param}'" in error["message"]
+    assert len(sim.requests()) == seen
+
+
+def test_well_typed_sampling_parameters_pass(gateway, replica, cast):
+    body = {**CHAT, "temperature": 0, "top_p": 0.9, "seed": 3, "stop": ["\n"], "presence_penalty": 0.5,
+            "logprobs": False, "user": "me"}
+    assert post(gateway, cast["alice"].secret, body).status_code == 200
 
 
 def test_the_wrong_method_gets_405(gateway, replica, cast):
@@ -123,6 +154,10 @@ def test_an_engine_client_error_passes_through_with_its_status(gateway, replica,
     long_prompt = {**CHAT, "messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 100}
     error = assert_error(post(gateway, cast["alice"].secret, long_prompt), 400)
     assert "context length" in error["message"]
+    # OpenAI's type for the status, and a code that is OpenAI's kind of value: a string naming
+    # the problem or null, never the engine's exception name or its echo of the status.
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] is None or (isinstance(error["code"], str) and not error["code"].isdigit())
 
 
 def test_an_unreachable_engine_gets_502_then_503_while_it_is_down(gateway, replica, cast):

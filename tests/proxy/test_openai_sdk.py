@@ -75,6 +75,24 @@ def test_models_lists_what_the_replicas_serve(cast, openai_for):
     assert [m.id for m in models.data] == [MODEL]
 
 
+def test_models_retrieve_answers_the_model_or_an_openai_shaped_404(cast, openai_for):
+    import openai
+
+    from fairness.models import Replica
+
+    client = openai_for(cast["alice"])
+    model = client.models.retrieve(MODEL)
+    assert (model.id, model.object, model.owned_by) == (MODEL, "model", "gpuportal")
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-99")
+    assert (missing.value.code, missing.value.param) == ("model_not_found", "model")
+    assert "gpt-99" in missing.value.message
+    # A model id with a slash in it, as Hugging Face names are.
+    Replica.objects.create(name="sim-hf", base_url="http://127.0.0.1:9", model="org/tiny-7b", max_num_seqs=1)
+    wait_for(lambda: "org/tiny-7b" in [m.id for m in client.models.list().data], what="the new replica")
+    assert client.models.retrieve("org/tiny-7b").id == "org/tiny-7b"
+
+
 def test_several_choices_or_prompts_in_one_request_are_refused_before_the_engine(cast, openai_for, sim):
     import openai
 

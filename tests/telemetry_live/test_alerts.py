@@ -11,7 +11,7 @@ import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, SaturationAlert
-from fairness.telemetry import alerts
+from fairness.telemetry import alert_words, alerts
 from fairness.telemetry.saturation import Figures, Transition
 from tests.conftest import MODEL, free_port
 from tests.polling import wait_for
@@ -51,7 +51,7 @@ def test_a_sustained_queue_opens_one_alert_and_draining_resolves_it(readings):
     alert = SaturationAlert.objects.get()
     assert (alert.model, alert.kind, alert.resolved_at) == (MODEL, "queue", None)
     assert alert.figures["waiting"] == 10 and alert.figures["running"] == 2
-    assert "capacity" in alert.describe()
+    assert "capacity" in alert_words.describe(alert.kind, alert.figures, public=False)
 
     for t in range(122, 200, 2):
         observe(drained, 1000.0 + t)

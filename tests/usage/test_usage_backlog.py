@@ -14,7 +14,7 @@ from fairness.gateway import accounting
 from fairness.models import SaturationAlert, UsageRecord
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane, first_error
-from fairness.telemetry import alerts, gateway_metrics, usage
+from fairness.telemetry import alert_words, alerts, gateway_metrics, usage
 from tests.metrics.conftest import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,7 +100,7 @@ def test_dropped_events_open_an_alert_that_resolves_once_drops_stop(settings, ca
     assert asyncio.run(alerts.observe_usage_drops(now)) == "opened"
     alert = SaturationAlert.objects.get()
     assert (alert.kind, alert.resolved_at, alert.figures["dropped"]) == ("usage", None, 3)
-    assert alert.describe().startswith("3 usage events dropped")
+    assert alert_words.describe(alert.kind, alert.figures).startswith("3 usage events dropped")
 
     finish_requests(redis_url, carol, range(8, 10))  # two more pushed out: the same alert counts them
     assert asyncio.run(alerts.observe_usage_drops(now + 10)) is None

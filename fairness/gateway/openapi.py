@@ -1,0 +1,175 @@
+"""The /v1/ endpoints in OpenAPI terms, for the one document at /api/docs.
+
+The gateway is served by its own ASGI adapter, not django-ninja, so ninja cannot describe it;
+the portal's API merges these paths into its own schema (fairness/portal/public_api.py). A test
+checks that every route of gateway/asgi.py is described here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TAG = "OpenAI-compatible (/v1)"
+SECURITY_SCHEME = "ApiKey"
+
+_ERROR_REF = {"$ref": "#/components/schemas/OpenAIError"}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ERROR_REF}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    words = {
+        400: "Malformed JSON, a missing or mistyped field, or n / best_of above 1",
+        401: "A missing, unknown, revoked or expired key (answered before the body is read)",
+        403: "The model is not served to the key's tier",
+        404: "Unknown model",
+        405: "Wrong method",
+        408: "The body did not arrive in time",
+        413: "The body is larger than the limit (GP_MAX_BODY_BYTES)",
+        429: "A queue limit of the key's tier; see Retry-After",
+        502: "The engine is unreachable, failed or answered garbage",
+        503: "No healthy replica serves the model, or the gateway's store is unavailable",
+        504: "The engine timed out",
+    }
+    return {str(status): _error(words[status]) for status in statuses}
+
+
+_SAMPLING = {
+    "temperature": {"type": ["number", "null"]},
+    "top_p": {"type": ["number", "null"]},
+    "presence_penalty": {"type": ["number", "null"]},
+    "frequency_penalty": {"type": ["number", "null"]},
+    "seed": {"type": ["integer", "null"]},
+    "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+    "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+    "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 1,
+          "description": "One sequence per request: above 1 is refused (400 unsupported_value)."},
+    "stream": {"type": ["boolean", "null"]},
+    "stream_options": {"type": ["object", "null"],
+                       "properties": {"include_usage": {"type": "boolean"}}},
+}
+
+_GENERATION_RESPONSES = {
+    "200": {
+        "description": "The engine's answer: JSON, or server-sent events when `stream` is true. "
+                       "`X-GPUPortal-Replica` names the replica, `X-GPUPortal-Queued-Ms` the time queued.",
+        "content": {"application/json": {"schema": {"type": "object"}},
+                    "text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+}
+
+_MODEL = {
+    "type": "object",
+    "required": ["id", "object", "created", "owned_by"],
+    "properties": {
+        "id": {"type": "string", "example": "qwen3-8b"},
+        "object": {"type": "string", "enum": ["model"]},
+        "created": {"type": "integer"},
+        "owned_by": {"type": "string", "example": "gpuportal"},
+    },
+}
+
+COMPONENTS: dict[str, Any] = {
+    "securitySchemes": {
+        SECURITY_SCHEME: {"type": "http", "scheme": "bearer", "description": "An API key, `gp-…`."},
+    },
+    "schemas": {
+        "OpenAIError": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {
+                "type": "object",
+                "required": ["message", "type", "param", "code"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string", "example": "invalid_request_error"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "null"]},
+                },
+            }},
+        },
+        "Model": _MODEL,
+        "ChatCompletionRequest": {
+            "type": "object",
+            "required": ["model", "messages"],
+            "additionalProperties": True,
+            "properties": {
+                "model": {"type": "string"},
+                "messages": {"type": "array", "minItems": 1, "items": {
+                    "type": "object",
+                    "properties": {"role": {"type": "string"}, "content": {"type": "string"}},
+                }},
+                **_SAMPLING,
+            },
+            "example": {"model": "demo", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 32},
+        },
+        "CompletionRequest": {
+            "type": "object",
+            "required": ["model", "prompt"],
+            "additionalProperties": True,
+            "properties": {
+                "model": {"type": "string"},
+                "prompt": {"description": "One prompt: a string or a list of token ids.",
+                           "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]},
+                **_SAMPLING,
+            },
+            "example": {"model": "demo", "prompt": "Once upon a time", "max_tokens": 32},
+        },
+    },
+}
+
+_SECURED: list[dict[str, list[str]]] = [{SECURITY_SCHEME: []}]
+
+PATHS: dict[str, Any] = {
+    "/v1/chat/completions": {"post": {
+        "tags": [TAG], "operationId": "v1_chat_completions", "summary": "Create a chat completion",
+        "description": "Queued fairly by the key's tier, then forwarded to a replica serving the model.",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ChatCompletionRequest"}}}},
+        "responses": _GENERATION_RESPONSES,
+    }},
+    "/v1/completions": {"post": {
+        "tags": [TAG], "operationId": "v1_completions", "summary": "Create a completion",
+        "description": "Queued fairly by the key's tier, then forwarded to a replica serving the model.",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
+        "responses": _GENERATION_RESPONSES,
+    }},
+    "/v1/models": {"get": {
+        "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models served to the key's tier",
+        "security": _SECURED,
+        "responses": {
+            "200": {"description": "The models", "content": {"application/json": {"schema": {
+                "type": "object",
+                "properties": {"object": {"type": "string", "enum": ["list"]},
+                               "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}},
+            }}}},
+            **_errors(401, 405),
+        },
+    }},
+    "/v1/models/{model}": {"get": {
+        "tags": [TAG], "operationId": "v1_models_retrieve", "summary": "One model served to the key's tier",
+        "security": _SECURED,
+        "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
+                        "description": "The model's id; it may hold a slash (org/name)."}],
+        "responses": {
+            "200": {"description": "The model",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Model"}}}},
+            **_errors(401, 404, 405),
+        },
+    }},
+}
+
+
+def merge_into(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (an OpenAPI document) with the /v1/ paths and their components added."""
+    schema.setdefault("paths", {}).update(PATHS)
+    components = schema.setdefault("components", {})
+    for section, entries in COMPONENTS.items():
+        components.setdefault(section, {}).update(entries)
+    return schema

@@ -1,0 +1,28 @@
+"""/api/docs: one OpenAPI document for the JSON API and the gateway's /v1/ endpoints, its Swagger
+UI from our own static files (tests/pages/test_csp_browser.py draws it in a browser, offline)."""
+
+import re
+
+from django.test import Client
+
+from fairness.gateway import asgi
+
+
+def test_the_openapi_document_describes_every_v1_route_with_its_key():
+    document = Client().get("/api/openapi.json").json()
+    documented = set(document["paths"])
+    routes = set(asgi.ROUTES) | {prefix + "{model}" for prefix in asgi.PREFIX_ROUTES}
+    assert routes <= documented, routes - documented
+    assert any(path.startswith("/api/") for path in documented)  # the JSON API is still there
+    for path in routes:
+        for operation in document["paths"][path].values():
+            assert operation["security"] == [{"ApiKey": []}]
+            assert "401" in operation["responses"]
+    assert document["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
+
+
+def test_the_docs_page_loads_swagger_ui_from_our_static_files():
+    page = Client().get("/api/docs").content.decode()
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert any("swagger-ui-bundle" in source for source in sources)
+    assert all(source.startswith("/static/") for source in sources), sources

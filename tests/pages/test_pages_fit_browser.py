@@ -1,0 +1,111 @@
+"""The capacity page and a researcher's pages at desktop and phone width: nothing scrolls
+sideways, axe-core finds nothing, and the figures people asked for are there."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
+from fairness.telemetry import usage_rollup
+from tests.browser_checks import WIDTHS, check_page, sideways_overflow
+from tests.conftest import MODEL
+from tests.pages.conftest import polling
+from tests.polling import wait_for
+
+ALICE_PASSWORD = "alice's long password"
+DAY_SPAN = """() => {
+    const [start, end] = document.getElementById("chart-queue").layout.xaxis.range;
+    return (new Date(end) - new Date(start)) / 3600e3;
+}"""
+
+
+def answered(key: ApiKey, request_id: str, ttft_ms: int, minutes_ago: float = 5) -> None:
+    UsageRecord.objects.create(key=key, request_id=request_id, endpoint="chat", model=MODEL, status=200,
+                               ttft_ms=ttft_ms, completion_tokens=10,
+                               created_at=timezone.now() - dt.timedelta(minutes=minutes_ago))
+
+
+@pytest.mark.browser
+def test_the_capacity_page_fits_a_phone_and_passes_axe(chromium, gateway, replica, cast, screenshot_dir):
+    alice = ApiKey.objects.get(pk=cast["alice"].key_id)
+    carol = ApiKey.objects.get(pk=cast["carol"].key_id)
+    for i, ttft in enumerate((120, 180, 240, 900)):
+        answered(alice, f"a{i}", ttft)
+    answered(carol, "c0", 65_000)
+    SaturationAlert.objects.create(
+        model=MODEL, kind=SaturationAlert.Kind.KV, opened_at=timezone.now(),
+        figures={"waiting": 3, "running": 8, "ratio": 0.4, "kv_usage": 0.9644123},
+    )
+    with polling():
+        wait_for(lambda: UsageRecord.objects.exists(), timeout=5)
+        with chromium() as browser:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            check_page(page, gateway.url + "/capacity/")
+
+            ttft = page.locator("#ttft-rows").inner_text()
+            assert "interactive\t180 ms\t900 ms\t4" in ttft and "batch\t65 s\t65 s\t1" in ttft
+            assert "KV cache 96% full" in page.locator("#alerts").inner_text()
+            assert "0.964" not in page.content()
+            waits = page.locator("#tier-waits").inner_text()
+            assert "interactive\t0\tnone" in waits
+            glossary = page.locator(".glossary").inner_text()
+            assert "KV cache" in glossary and "prefix cache" in glossary
+            for jargon in ("Prefix hits", "too alike to measure", "shape is assumed"):
+                assert jargon not in page.content()
+            assert "borrows idle slots" in page.locator("#tiers").inner_text()
+
+            # "Last day" spans the whole day, however young the portal is.
+            page.get_by_role("button", name="Last day").click()
+            page.wait_for_function(f"({DAY_SPAN})() > 23.9", timeout=15_000)
+            page.screenshot(path=screenshot_dir / "capacity-phone.png", full_page=True)
+            assert errors == []
+
+
+@pytest.mark.browser
+def test_a_researchers_pages_fit_a_phone_and_pass_axe(chromium, gateway, replica, cast, screenshot_dir):
+    user = get_user_model().objects.get(username="alice")
+    user.set_password(ALICE_PASSWORD)
+    user.save()
+    key = ApiKey.objects.get(pk=cast["alice"].key_id)
+    waits = [0] * usage_rollup.BUCKETS
+    waits[usage_rollup.bucket_of(0)] = 12
+    UsageHourly.objects.create(key=key, hour=timezone.now().replace(minute=0, second=0, microsecond=0),
+                               requests=12, prompt_tokens=4000, completion_tokens=900, queue_wait_counts=waits)
+    answered(key, "a0", 350)
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(gateway.url + "/me/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", ALICE_PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(gateway.url + "/me/")
+
+        check_page(page, gateway.url + "/me/")
+        policy = page.locator(".policy").first.inner_text()
+        assert "Each key runs up to 2 requests at a time." in policy and "429" in policy
+        assert "no waiting" in page.content()
+
+        check_page(page, gateway.url + "/me/usage/")
+        assert "350 ms" in page.locator("table.ttft").inner_text()
+        page.screenshot(path=screenshot_dir / "me-usage-phone.png", full_page=True)
+
+
+@pytest.mark.browser
+def test_the_api_docs_are_drawn_offline_and_fit_a_phone(chromium, gateway):
+    """Swagger UI is a third party's page: it fits, but axe-core finds its own faults (contrast,
+    nested buttons, no landmarks), which are not ours to patch."""
+    with chromium() as browser:
+        page = browser.new_page()
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(gateway.url + "/api/docs")
+            page.wait_for_load_state("networkidle")
+            assert page.get_by_text("/v1/chat/completions").count() > 0  # drawn, not a blank page
+            assert sideways_overflow(page) <= 0, f"/api/docs scrolls sideways at {width} px"

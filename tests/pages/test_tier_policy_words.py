@@ -1,0 +1,76 @@
+"""The tier policy in plain sentences: every rule admission applies is said, and nothing else."""
+
+from __future__ import annotations
+
+from fairness.demo.default_tiers import DEFAULT_TIERS
+from fairness.models import Tier
+from fairness.portal.tier_policy import duration_in_words, in_words
+
+
+def _tier(name: str, **changes) -> Tier:
+    fields = next(dict(t) for t in DEFAULT_TIERS if t["name"] == name)
+    return Tier(**{**fields, **changes})
+
+
+def test_batch_says_it_borrows_beyond_its_caps_so_thirteen_at_once_is_no_contradiction() -> None:
+    words = in_words(_tier("batch"), reserve_slots=3)
+    assert words[0] == "Each key runs up to 2 requests at a time."
+    assert words[1] == "All batch keys together run up to 2 requests at a time."
+    borrowing = words[2]
+    assert "borrows idle slots beyond these caps" in borrowing
+    assert "While no one else is waiting" in borrowing
+    assert "leaving 3 slots free for others" in borrowing
+
+
+def test_interactive_has_no_pool_and_no_borrowing() -> None:
+    words = in_words(_tier("interactive"), reserve_slots=3)
+    text = " ".join(words)
+    assert "together" not in text
+    assert "borrow" not in text
+    assert words[0] == "Each key runs up to 2 requests at a time."
+
+
+def test_it_names_both_queue_limits_that_answer_429() -> None:
+    words = in_words(_tier("batch", max_queued_per_key=1024, max_queue_wait_seconds=3600))
+    assert "Up to 1,024 requests per key may wait; one more is refused at once with 429 " \
+        "(Too Many Requests)." in words
+    assert "A request that has waited 1 hour without starting is refused with 429." in words
+    interactive = in_words(_tier("interactive"))
+    assert "Up to 16 requests per key may wait; one more is refused at once with 429 " \
+        "(Too Many Requests)." in interactive
+    assert "A request that has waited 2 minutes without starting is refused with 429." in interactive
+
+
+def test_head_start_is_said_in_minutes_and_its_absence_too() -> None:
+    interactive = " ".join(in_words(_tier("interactive")))
+    assert "Head start of 10 minutes" in interactive
+    batch = " ".join(in_words(_tier("batch")))
+    assert "No head start" in batch
+    assert "Head start of" not in batch
+
+
+def test_singular_counts_read_as_english() -> None:
+    words = in_words(_tier("batch", per_key_concurrency=1, pool_concurrency=1), reserve_slots=1)
+    assert words[0] == "Each key runs up to 1 request at a time."
+    assert "leaving 1 slot free" in words[2]
+
+
+def test_isolated_prefix_cache_is_said_only_when_on() -> None:
+    assert "kept apart" in " ".join(in_words(_tier("interactive", isolate_prefix_cache=True)))
+    assert "kept apart" not in " ".join(in_words(_tier("interactive")))
+
+
+def test_reserve_defaults_to_the_setting(settings) -> None:
+    settings.GP_RESERVE_SLOTS = 5
+    assert "leaving 5 slots free" in " ".join(in_words(_tier("batch")))
+
+
+def test_durations_in_words() -> None:
+    assert duration_in_words(45) == "45 seconds"
+    assert duration_in_words(60) == "1 minute"
+    assert duration_in_words(90) == "1 minute 30 seconds"
+    assert duration_in_words(120) == "2 minutes"
+    assert duration_in_words(3600) == "1 hour"
+    assert duration_in_words(5400) == "1 hour 30 minutes"
+    assert duration_in_words(7205) == "2 hours"
+    assert duration_in_words(0) == "no time"
