@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -221,13 +222,36 @@ class GatewayApp:
             return _failure(exc, request.request_id)
 
 
+class StoreFailureLog:
+    """Logs Redis failures once per `every` seconds, with the traceback and a count of the rest:
+    during an outage every request fails alike, and a traceback each would bury the log."""
+
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._logged_at = float("-inf")
+        self._since = 0  # failures answered since the last report
+
+    def report(self, exc: BaseException) -> None:
+        now = self.clock()
+        if now - self._logged_at < self.every:
+            self._since += 1
+            return
+        log.error("Redis unavailable; %d more request(s) answered 503 since the last report", self._since,
+                  exc_info=exc)  # fmt: skip
+        self._logged_at, self._since = now, 0
+
+
+_STORE_FAILURES = StoreFailureLog()
+
+
 def _failure(exc: Exception, request_id: str) -> HttpResponse:
     """The OpenAI-shaped answer to an exception raised while handling a request (call it from
     the except block: it logs the traceback of what was unexpected)."""
     if isinstance(exc, ApiError):
         return exc.response()
     if isinstance(exc, redis.exceptions.RedisError):
-        log.exception("redis unavailable")
+        _STORE_FAILURES.report(exc)
         return ApiError(
             503, "The gateway's state store is unavailable; try again shortly.",
             "store_unavailable", retry_after=5,
