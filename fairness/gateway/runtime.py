@@ -88,6 +88,7 @@ class GatewayRuntime:
         self._reload_lock = asyncio.Lock()
         self._capacity_lock = asyncio.Lock()
         self._capacity_stated = 0  # how many times sync_capacity has stated it
+        self._reload_due = False  # a statement was refused as stale: reload at the next refresh
         self._health_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -135,7 +136,8 @@ class GatewayRuntime:
     async def refresh(self) -> ReplicaDirectory:
         """The current directory; reloads it (once, others waiting) when the config changed."""
         async with self._reload_lock:
-            if await self.epoch.changed(self.redis) or self.directory is None:
+            if await self.epoch.changed(self.redis) or self.directory is None or self._reload_due:
+                self._reload_due = False
                 self.keys.clear()
                 self.directory = await load_directory()
                 await self.sync_capacity()
@@ -158,10 +160,11 @@ class GatewayRuntime:
             stale = False
             for group, replicas in capacity.items():
                 stale |= not await self.admission.set_capacity(group, replicas, self.epoch.seen)
-            if stale:  # the replicas changed since this process read them: reload first
-                self.epoch.recheck()
-                return
+            # This process's own view stands either way (it answers 503 when every replica is down).
             self._capacity = {g: sum(r.values()) for g, r in capacity.items() if g in groups}
+            if stale:  # the replicas changed again while this process read them: reload next time
+                self._reload_due = True
+                return
             self._capacity_stated += 1
 
     async def restate_capacity(self) -> None:

@@ -42,10 +42,6 @@ class EpochWatch:
             return seen.decode()
         return seen if isinstance(seen, str) else None
 
-    def recheck(self) -> None:
-        """Read the epoch again at the next `changed`, however recently it was read."""
-        self._checked_at = float("-inf")
-
     async def changed(self, client: redis.asyncio.Redis) -> bool:
         now = self.clock()
         if now - self._checked_at < self.interval:
