@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from fairness.models import ApiKey, Replica
 from fairness.portal.keys import mint_secret
+from fairness.store import keyspace
+from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL, free_port, start_gateway
 from tests.polling import wait_for
 
@@ -161,9 +163,12 @@ def test_an_engine_client_error_passes_through_with_its_status(gateway, replica,
 
 
 def test_an_unreachable_engine_gets_502_then_503_while_it_is_down(gateway, replica, cast):
+    # Hold the health prober's turn, so the request, not a probe, is first to find the fault.
+    redis_sync().set(keyspace.HEALTH_PROBE_LOCK, b"test", px=30_000)
     Replica.objects.filter(pk=replica.pk).update(base_url=f"http://127.0.0.1:{free_port()}")
     Replica.objects.get(pk=replica.pk).save()
     assert_error(post(gateway, cast["alice"].secret, CHAT), 502, "upstream_unreachable")
+    redis_sync().delete(keyspace.HEALTH_PROBE_LOCK)
     # Now known to be down, its slots are withdrawn: no waiting in a queue nobody serves.
     response = post(gateway, cast["alice"].secret, CHAT)
     assert_error(response, 503, "no_healthy_replica")
