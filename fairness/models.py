@@ -41,6 +41,13 @@ class Tier(models.Model):
         default=False,
         help_text="May exceed its caps with idle engine slots while nobody else is waiting.",
     )
+    fairshare_weight_seconds = models.FloatField(
+        default=300.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="Fair share: a request of an account that has used its whole share and more "
+        "ranks as if it had waited up to this much less than one of an account that has used "
+        "nothing. 0 turns fair share off for this tier.",
+    )
     isolate_prefix_cache = models.BooleanField(
         default=False,
         help_text="Cached prompt prefixes are reused only within one user's requests (vLLM's "
@@ -92,11 +99,88 @@ class Credential:
             self.save(update_fields=["revoked_at"])  # type: ignore[attr-defined]
 
 
+account_name_validator = RegexValidator(
+    r"^[\w.@+-]+$", "Letters, digits and . @ + - _ only (no spaces or '|')."
+)
+
+
+class Account(models.Model):
+    """A node of the fair-share tree (a lab, a project under it, ...): whose share work counts
+    against. Tiers say how fast and how many at once; accounts say whose turn it is."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[account_name_validator])
+    parent = models.ForeignKey(
+        "self", models.PROTECT, null=True, blank=True, related_name="children"
+    )
+    shares = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Its part of the parent's share, relative to its siblings' shares.",
+    )
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        ancestor = self.parent
+        while ancestor is not None:
+            if ancestor.pk == self.pk:
+                raise ValidationError({"parent": "An account cannot sit under itself."})
+            ancestor = ancestor.parent
+
+
+class Membership(models.Model):
+    """A user's association with an account: what their keys charge. Slurm's association."""
+
+    account = models.ForeignKey(Account, models.PROTECT, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="memberships")
+    shares = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Their part of the account's share, relative to the other members'.",
+    )
+    is_default = models.BooleanField(default=False, help_text="Charged by keys that name no account.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["account__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["account", "user"], name="one_membership_per_account"),
+            models.UniqueConstraint(
+                fields=["user"], condition=models.Q(is_default=True), name="one_default_account"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.account}"
+
+
+class FairShareUsage(models.Model):
+    """The database's copy of one association's decayed usage (Redis holds the live value)."""
+
+    membership = models.OneToOneField(Membership, models.CASCADE, related_name="fairshare_usage")
+    usage = models.FloatField(default=0.0, help_text="Weighted tokens, decayed to `as_of`.")
+    as_of = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.membership}: {self.usage:.0f} at {self.as_of:%Y-%m-%d %H:%M}"
+
+
 class ApiKey(Credential, models.Model):
     """A client credential. Only the SHA-256 of the secret is stored."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="api_keys")
     tier = models.ForeignKey(Tier, models.PROTECT, related_name="api_keys")
+    # The association its requests charge (fair share). Always set by issue_key; null only for
+    # rows written around it, which charge their owner's default association.
+    membership = models.ForeignKey(
+        Membership, models.PROTECT, null=True, blank=True, related_name="api_keys"
+    )
     label = models.CharField(max_length=100, blank=True)
     prefix = models.CharField(max_length=16, unique=True, help_text="Visible start of the secret.")
     secret_hash = models.CharField(max_length=64, unique=True, editable=False)

@@ -198,6 +198,10 @@ CELERY_BEAT_SCHEDULE = {
     "poll-engines": {"task": "fairness.poll_engines", "schedule": envfloat("GP_POLL_SECONDS", 2.0)},
     "compact-samples": {"task": "fairness.compact_samples", "schedule": 300.0},
     "prune-usage": {"task": "fairness.prune_usage", "schedule": 3600.0},
+    "save-fair-share-usage": {
+        "task": "fairness.save_fair_share_usage",
+        "schedule": envfloat("GP_FAIRSHARE_SAVE_SECONDS", 60.0),
+    },
 }
 
 # The gateway
@@ -235,6 +239,14 @@ GP_ROUTING_BOUND_FLOOR = envfloat("GP_ROUTING_BOUND_FLOOR", 0.375)
 GP_HEALTH_INTERVAL_SECONDS = envfloat("GP_HEALTH_INTERVAL_SECONDS", 2.0)
 GP_HEALTH_TIMEOUT_SECONDS = envfloat("GP_HEALTH_TIMEOUT_SECONDS", 5.0)
 GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
+# Fair share (Slurm's classic factor F = 2^(-U/S)): a finished request charges its association
+# GP_FAIRSHARE_WEIGHT_PROMPT x prompt tokens + GP_FAIRSHARE_WEIGHT_COMPLETION x completion tokens
+# (VTC's weights: generating a token costs the card about twice reading one), and that usage
+# halves every GP_FAIRSHARE_HALF_LIFE_HOURS (Slurm's usual week). Redis holds it; the database
+# keeps a copy every GP_FAIRSHARE_SAVE_SECONDS, so a Redis restart loses at most that much.
+GP_FAIRSHARE_HALF_LIFE_HOURS = envfloat("GP_FAIRSHARE_HALF_LIFE_HOURS", 168.0)
+GP_FAIRSHARE_WEIGHT_PROMPT = envfloat("GP_FAIRSHARE_WEIGHT_PROMPT", 1.0)
+GP_FAIRSHARE_WEIGHT_COMPLETION = envfloat("GP_FAIRSHARE_WEIGHT_COMPLETION", 2.0)
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 

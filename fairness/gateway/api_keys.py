@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
+from fairness.gateway.associations import association_of
 from fairness.gateway.errors import ApiError
 from fairness.models import ApiKey, Tier
 
@@ -34,6 +35,7 @@ class TierPolicy:
     engine_priority: int
     borrow_idle_slots: bool
     isolate_prefix_cache: bool
+    fairshare_weight_seconds: float
 
     @classmethod
     def of(cls, tier: Tier) -> TierPolicy:
@@ -47,6 +49,7 @@ class TierPolicy:
             engine_priority=tier.engine_priority,
             borrow_idle_slots=tier.borrow_idle_slots,
             isolate_prefix_cache=tier.isolate_prefix_cache,
+            fairshare_weight_seconds=tier.fairshare_weight_seconds,
         )
 
 
@@ -61,6 +64,8 @@ class KeyInfo:
     expires_at: float | None
     revoked: bool
     owner_active: bool  # a deactivated user's keys stop with them
+    association: str = ""  # whose share its work counts against ("" for none)
+    share: float = 0.0  # that association's normalised share S
 
 
 Loader = Callable[[str], Awaitable[KeyInfo | None]]  # secret hash → the key, None if unknown
@@ -91,6 +96,7 @@ def _load(secret_hash: str) -> KeyInfo | None:
     key = ApiKey.objects.select_related("tier", "owner").filter(secret_hash=secret_hash).first()
     if key is None:
         return None
+    association, share = association_of(key)
     return KeyInfo(
         id=key.pk,
         prefix=key.prefix,
@@ -99,6 +105,8 @@ def _load(secret_hash: str) -> KeyInfo | None:
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
         owner_active=key.owner.is_active,
+        association=association,
+        share=share,
     )
 
 

@@ -11,12 +11,14 @@ import logging
 import time
 
 import redis.exceptions
+from django.conf import settings
 
 from fairness.gateway import accounting
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
+from fairness.scheduling import fair_share
 from fairness.scheduling.admission import Demand, Grant, QueueFull, QueueTimeout
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_lane import Command, first_error
@@ -37,6 +39,9 @@ def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = ()) -> Dem
         max_wait_seconds=tier.max_queue_wait_seconds,
         group=group,
         preference=preference,
+        association=key.association,
+        share=key.share,
+        fairshare_weight=tier.fairshare_weight_seconds,
     )
 
 
@@ -119,7 +124,7 @@ class RequestLifecycle:
         opened = self.runtime.lane.connections_opened  # tells the outbox which Redis took it
         try:
             if self.grant is not None:
-                await self.runtime.admission.release(self.grant, also=self._accounting())
+                await self.runtime.admission.release(self.grant, also=self._accounting(), charge=self._charge())
             else:
                 error = first_error(await self.runtime.lane.execute(*self._accounting()))
                 if error is not None:
@@ -127,9 +132,17 @@ class RequestLifecycle:
         except (redis.exceptions.RedisError, OSError):
             log.warning("could not settle %s; its usage waits in the outbox", self.event["request_id"],
                         exc_info=True)  # fmt: skip
-            outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal)
+            outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal,
+                        charge=(self.grant.demand.association, self._charge()) if self.grant else None)
         else:
             outbox.pushed(self.event, opened)
+
+    def _charge(self) -> float:
+        """The weighted tokens this request charges its association (fair share)."""
+        return fair_share.weighted_tokens(
+            self.event["prompt_tokens"], self.event["completion_tokens"],
+            settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
+        )  # fmt: skip
 
     def _accounting(self) -> list[Command]:
         return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)

@@ -46,6 +46,7 @@ class RuntimeSettings:
     health_interval: float
     health_timeout: float
     health_cooldown: float
+    fairshare_half_life_seconds: float = 168 * 3600.0
 
     @classmethod
     def from_django(cls) -> RuntimeSettings:
@@ -59,6 +60,7 @@ class RuntimeSettings:
             health_interval=settings.GP_HEALTH_INTERVAL_SECONDS,
             health_timeout=settings.GP_HEALTH_TIMEOUT_SECONDS,
             health_cooldown=settings.GP_HEALTH_COOLDOWN_SECONDS,
+            fairshare_half_life_seconds=settings.GP_FAIRSHARE_HALF_LIFE_HOURS * 3600,
         )
 
 
@@ -72,8 +74,6 @@ class GatewayRuntime:
         # One multiplexed connection for every per-request round trip: admission's scripts (which
         # also choose the replica) and the accounting.
         self.lane = RedisLane.like(client)
-        # Usage events Redis could not take yet, or might lose if it restarts empty.
-        self.usage_outbox = UsageOutbox(self.lane)
         self.keys = KeyCache(config.key_cache_seconds)
         self.epoch = EpochWatch(config.epoch_check_seconds)
         ttl = config.lease_ttl
@@ -81,7 +81,10 @@ class GatewayRuntime:
             client, lane=self.lane, lease_ttl=ttl, reserve_slots=config.reserve_slots,
             recheck_seconds=min(1.0, ttl / 3), routing_epsilon=config.routing_epsilon,
             routing_floor=config.routing_bound_floor, on_unknown_group=self.restate_capacity,
+            half_life_seconds=config.fairshare_half_life_seconds,
         )  # fmt: skip
+        # Usage events Redis could not take yet, or might lose if it restarts empty.
+        self.usage_outbox = UsageOutbox(self.lane, admission=self.admission)
         self.large_bodies = LargeBodyGate()
         self.directory: ReplicaDirectory | None = None
         self._capacity: dict[str, int] = {}

@@ -45,6 +45,7 @@ from django.conf import settings
 
 from fairness.gateway import accounting
 from fairness.gateway.accounting import UsageEvent
+from fairness.scheduling.admission import Admission
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
@@ -58,6 +59,7 @@ class _Kept(NamedTuple):
     event: UsageEvent
     admitted: bool
     refusal: str | None
+    charge: tuple[str, float] | None = None  # (association, weighted tokens) its release did not charge
 
 
 # (when Redis took it, lane.connections_opened of the connection that carried it, the event)
@@ -68,11 +70,13 @@ class UsageOutbox:
     """One gateway process's usage events on their way to Redis. Lives on the runtime's loop."""
 
     def __init__(
-        self, lane: RedisLane, *, max_events: int | None = None, retain_seconds: float | None = None,
+        self, lane: RedisLane, *, admission: Admission | None = None, max_events: int | None = None,
+        retain_seconds: float | None = None,
         batch_size: int = 500, idle_seconds: float = 1.0, backoff: tuple[float, float] = (0.1, 2.0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self._lane = lane
+        self._admission = admission  # charges fair-share usage the failed releases did not
         self._max = max(1, settings.GP_USAGE_OUTBOX_MAX if max_events is None else max_events)
         self._retain = settings.GP_USAGE_RETAIN_SECONDS if retain_seconds is None else retain_seconds
         self._batch = batch_size
@@ -100,9 +104,10 @@ class UsageOutbox:
         self._recent.append((self._clock(), opened if opened == opened_before else _UNKNOWN, event))
         self._wake()
 
-    def keep(self, event: UsageEvent, *, admitted: bool, refusal: str | None) -> None:
-        """Redis could not take `event`: keep it and retry."""
-        self._pending.append(_Kept(event, admitted, refusal))
+    def keep(self, event: UsageEvent, *, admitted: bool, refusal: str | None,
+             charge: tuple[str, float] | None = None) -> None:
+        """Redis could not take `event` (nor its fair-share `charge`): keep it and retry."""
+        self._pending.append(_Kept(event, admitted, refusal, charge))
         self._bound()
         self._wake()
 
@@ -205,10 +210,14 @@ class UsageOutbox:
                 ("HSET", keyspace.USAGE_OUTBOX_WAITING, self._process, len(pending)) if pending
                 else ("HDEL", keyspace.USAGE_OUTBOX_WAITING, self._process)
             )  # fmt: skip
+            charges = [
+                self._admission.charge_command(*kept.charge)
+                for kept in chunk if kept.charge and kept.charge[0] and self._admission
+            ]  # fmt: skip
             try:
                 opened = await self._push(
                     [kept.event for kept in chunk], counts,
-                    waiting, ("EXPIRE", keyspace.USAGE_OUTBOX_WAITING, _WAITING_TTL),
+                    waiting, ("EXPIRE", keyspace.USAGE_OUTBOX_WAITING, _WAITING_TTL), *charges,
                 )  # fmt: skip
             except BaseException:
                 pending.extendleft(reversed(chunk))
@@ -227,6 +236,8 @@ class UsageOutbox:
         return opened if opened == before else _UNKNOWN
 
     async def _send(self, *commands: Command) -> list[Any]:
+        if self._admission is not None:  # it reloads the scripts a restarted Redis forgot
+            return await self._admission.send(*commands)
         replies = await self._lane.execute(*commands)
         error = first_error(replies)
         if error is not None:

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.models import AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
 from fairness.portal.keys import issue_key, mint_secret
 
 if TYPE_CHECKING:
@@ -99,12 +99,16 @@ def _masked_value(value: str) -> str:
 
 @transaction.atomic
 def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
-          expires_at: dt.datetime | None = None) -> tuple[ApiKey, str]:
-    """Raises ValidationError for a deactivated owner: every gateway refuses their keys anyway."""
+          expires_at: dt.datetime | None = None, membership: Membership | None = None) -> tuple[ApiKey, str]:
+    """Raises ValidationError for a deactivated owner (every gateway refuses their keys anyway)
+    or an association that is not the owner's. No `membership`: the owner's default account."""
     if not owner.is_active:
         raise ValidationError({"owner": f"{owner.get_username()} is deactivated: keys are for active users only."})
-    key, secret = issue_key(owner, tier, label=label, expires_at=expires_at)
+    if membership is not None and membership.user_id != owner.pk:
+        raise ValidationError({"account": f"{owner.get_username()} is not a member of {membership.account}."})
+    key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
+          account=key.membership.account.name if key.membership else None,
           expires_at=expires_at.isoformat() if expires_at else None)
     return key, secret
 
@@ -119,7 +123,8 @@ def revoke(actor: Actor, key: ApiKey) -> ApiKey:
 @transaction.atomic
 def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0) -> tuple[ApiKey, str]:
     """A new secret for the same owner, tier and label; the old one stops after the grace."""
-    new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=key.expires_at)
+    new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=key.expires_at,
+                            membership=key.membership)
     if grace_seconds > 0:
         ends = timezone.now() + dt.timedelta(seconds=grace_seconds)
         key.expires_at = min(ends, key.expires_at) if key.expires_at else ends

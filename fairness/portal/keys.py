@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
-from fairness.models import ApiKey, Tier
+from fairness.models import ApiKey, Membership, Tier
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -27,8 +27,16 @@ def issue_key(
     *,
     label: str = "",
     expires_at: dt.datetime | None = None,
+    membership: Membership | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; the secret is returned once and never stored."""
+    """Create a key; the secret is returned once and never stored. It charges `membership`
+    (the owner's association with an account), by default the owner's default one."""
+    from fairness.portal.accounts import default_membership  # accounts audits through actions
+
+    if membership is None:
+        membership = default_membership(owner)
+    elif membership.user_id != owner.pk:
+        raise ValueError("a key charges one of its owner's own associations")
     for _ in range(5):
         secret = mint_secret()
         try:
@@ -40,6 +48,7 @@ def issue_key(
                     prefix=secret[:VISIBLE_CHARS],
                     secret_hash=hash_secret(secret),
                     expires_at=expires_at,
+                    membership=membership,
                 )
             return key, secret
         except IntegrityError:  # a prefix collision: vanishingly rare, try another secret

@@ -38,14 +38,15 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import NoScriptError, RedisError
 
-from fairness.scheduling.live_counts import Stats, parse_stats, text
+from fairness.scheduling import fair_share
+from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
 logger = logging.getLogger(__name__)
 
 _LUA_DIR = Path(__file__).with_name("lua")
-_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake")
+_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore")
 # Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
 _MAX_RETRY_AFTER = 30
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
@@ -82,6 +83,11 @@ class Demand:
     # order; empty: none, the least loaded wins), and one to take only if no other has a slot.
     preference: tuple[str, ...] = ()
     avoid: str = ""
+    # Fair share: the association its work is charged to ("" for none), that association's
+    # normalised share S, and how many seconds of rank its tier lets usage cost at most.
+    association: str = ""
+    share: float = 0.0
+    fairshare_weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ class Admission:
         routing_epsilon: float = 0.25,
         routing_floor: float = 0.375,
         on_unknown_group: Callable[[], Awaitable[None]] | None = None,
+        half_life_seconds: float = 168 * 3600.0,
     ) -> None:
         if not 0 < recheck_seconds <= lease_ttl / 3:
             # Waiting tickets are heartbeated every recheck; they must not expire in between.
@@ -172,6 +179,7 @@ class Admission:
         self._clock = clock
         self._recheck = recheck_seconds
         self._routing = f"{routing_epsilon!r}|{routing_floor!r}"
+        self._half_life = repr(float(half_life_seconds))
         # Redis lost the capacities (restarted empty): this states them again, then acquire retries.
         self._on_unknown_group = on_unknown_group
         # Tickets live one lease TTL past their last heartbeat, and a lease granted to a ticket
@@ -259,6 +267,8 @@ class Admission:
                     demand.head_start_seconds, int(demand.borrow), max_queued, enqueued_at,
                     deadline, self._channel, preference, demand.avoid, int(moving),
                     int(self._on_unknown_group is not None and not stated),
+                    demand.association, repr(float(demand.share)), demand.fairshare_weight,
+                    self._half_life,
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -315,13 +325,48 @@ class Admission:
         lost, _ = await self._call("tick", 1, grant.lease_id)
         return not lost
 
-    async def release(self, grant: Grant, also: Sequence[Command] = ()) -> None:
-        """Give the lease back (idempotent); survives the caller being cancelled meanwhile. If
-        Redis cannot be reached this raises, but the lease is no longer renewed either.
-        ``also`` adds the caller's own commands (its accounting) to the same round trip."""
+    async def release(self, grant: Grant, also: Sequence[Command] = (), charge: float = 0.0) -> None:
+        """Give the lease back (idempotent) and charge ``charge`` weighted tokens to the
+        demand's association (not idempotent: once); survives the caller being cancelled
+        meanwhile. If Redis cannot be reached this raises, but the lease is no longer renewed
+        either. ``also`` adds the caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
         self._stop_keeper_if_idle()
-        await self._shielded(self._send(self._eval("release", grant.lease_id), *also))
+        release = self._eval("release", grant.lease_id, grant.demand.association, charge)
+        await self._shielded(self._send(release, *also))
+
+    def charge_command(self, association: str, amount: float) -> Command:
+        """A charge on its own, for usage whose release round trip failed (send it with `send`)."""
+        return self._eval("release", "", association, amount)
+
+    async def send(self, *commands: Command) -> list[Any]:
+        """One round trip of these commands; scripts Redis has forgotten are loaded again."""
+        return await self._send(*commands)
+
+    async def restore_usage(self, usage: Mapping[str, float]) -> bool:
+        """Add the saved fair-share usage (association -> usage decayed to now) back into a
+        Redis that lost it; False when this Redis already has it."""
+        pairs = [part for association, amount in usage.items() for part in (association, repr(amount))]
+        return int(await self._call("restore", *pairs)) == 1
+
+    async def fair_share_usage(self) -> tuple[dict[str, float], float, dict[str, float]]:
+        """Everyone's decayed usage now: (association -> usage, the total, association -> S)."""
+        ns = self._ns
+        usage, total, shares, half_life = await self._lane.execute(
+            ("HGETALL", ns + "fu"), ("GET", ns + "fut"), ("HGETALL", ns + "fs"), ("GET", ns + "fhl")
+        )
+        life = float(text(half_life)) if half_life else float(self._half_life)
+        now = self._clock()
+
+        def value(stored: Any) -> float:
+            amount, at = text(stored).split("|")
+            return fair_share.decayed(float(amount), float(at), now, life)
+
+        return (
+            {name: value(stored) for name, stored in pairs(usage).items()},
+            value(total) if total else 0.0,
+            {name: float(share) for name, share in pairs(shares).items()},
+        )
 
     @contextlib.asynccontextmanager
     async def held(self, demand: Demand) -> AsyncIterator[Grant]:

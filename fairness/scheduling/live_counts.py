@@ -44,14 +44,14 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _pairs(flat: list[Any]) -> dict[str, str]:
+def pairs(flat: list[Any]) -> dict[str, str]:
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def parse_stats(reply: list[Any], now: float) -> Stats:
     """The stats script's reply as counts per capacity group, tier and key."""
-    cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin = (_pairs(part) for part in reply[:10])
-    oldest = {pool: now - float(at) for pool, at in _pairs(reply[10]).items()}
+    cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin = (pairs(part) for part in reply[:10])
+    oldest = {pool: now - float(at) for pool, at in pairs(reply[10]).items()}
     groups: dict[str, GroupStats] = {
         g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
             "queued": int(gq.get(g, 0))}

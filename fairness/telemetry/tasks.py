@@ -11,7 +11,7 @@ from django.utils import timezone
 from fairness.gateway import engine_client
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
-from fairness.telemetry import alerts, capacity_store, polling, usage, usage_rollup
+from fairness.telemetry import alerts, capacity_store, fair_share_usage, polling, usage, usage_rollup
 
 
 @shared_task(name="fairness.flush_usage")
@@ -64,3 +64,14 @@ def prune_usage() -> tuple[int, int]:
         records_for=dt.timedelta(days=settings.GP_USAGE_RECORDS_DAYS),
         hourly_for=dt.timedelta(days=settings.GP_USAGE_HOURLY_DAYS),
     )
+
+
+@shared_task(name="fairness.save_fair_share_usage", expires=30)
+def save_fair_share_usage() -> int:
+    async def run() -> int:
+        try:
+            return (await fair_share_usage.restore_and_save())[1]
+        finally:
+            await redis_async().aclose()
+
+    return asyncio.run(run())

@@ -8,6 +8,8 @@
 -- ARGV[19] 1 = moving: the handle's lease (whose replica failed the request) is given back and
 --          the request queued again in its old place; 0 = a new request
 -- ARGV[20] 1 = answer {-2} when the group's capacity is unknown (Redis lost it), 0 = queue anyway
+-- ARGV[21] association charged ("" = none)   ARGV[22] its normalised share S
+-- ARGV[23] the tier's fair-share weight (s)   ARGV[24] usage half-life (s)
 -- Returns  {1, borrowed 0/1, queued_seconds, replica}  granted now (no message is published)
 --          {0, member, hold}                   queued; the grant comes by pub/sub. hold: until when
 --                                              the group grants nothing (a restart), else 0
@@ -21,6 +23,7 @@ QUIET = handle
 reap()
 if ARGV[20] == '1' and redis.call('HEXISTS', NS .. 'cap', group) == 0 then return {-2} end
 if ARGV[19] == '1' then free(handle, true) end
+state_fair_share(ARGV[21], ARGV[22], ARGV[24])
 
 -- The latest demand states the caps; a changed cap changes who is eligible.
 if redis.call('HGET', NS .. 'kcap', key) ~= key_cap then
@@ -73,7 +76,7 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
 end
 
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid)
+  avoid, ARGV[21], ARGV[23])
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {1, g[1], string.format('%.6f', g[2]), g[3]} end

@@ -32,6 +32,14 @@
 --   idx                          which member each stream/pool currently has in l2/l3/b
 --   ks:k  pg:p                   sets: "p|g" streams a key has queued; groups a pool has queued
 --   pe:p                         zset h -> enqueued_at, for the longest wait
+-- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
+-- its tier's fair-share weight fw):
+--   fu  fut                      hash association -> "usage|valued_at"; everyone's, likewise
+--   fs  fhl                      hash association -> normalised share S; the half-life (s). The
+--                                latest demand states both.
+--   ak:a                         set: keys of association a with queued tickets, whose stream
+--                                heads are scored again when a's usage changes
+--   fsok                         set once the database's copy of the usage has been added back
 -- A grant only ever inspects the head of l3:g (or b:g), so its cost does not grow with the queue.
 --
 -- Every lease holds a slot on one replica, chosen when it is granted (choose_replica), so no
@@ -145,6 +153,81 @@ local function choose_replica(group, pref, avoid)
   return best
 end
 
+-- Fair share. Usage is kept as (value, when it was valued) and decayed on reading, so no call
+-- ever walks every association. F = 2^(-U/S), U = usage / everyone's usage.
+local HALF_LIFE = nil
+local FACTORS = {}  -- association -> F within this call; cleared by every charge
+
+local function half_life()
+  if not HALF_LIFE then HALF_LIFE = tonumber(redis.call('GET', NS .. 'fhl')) or 604800 end
+  return HALF_LIFE
+end
+
+local function decayed(stored)
+  if not stored then return 0 end
+  local value, at = string.match(stored, '^([^|]*)|(.*)$')
+  return tonumber(value) * 2 ^ (-math.max(0, NOW - tonumber(at)) / half_life())
+end
+
+local function factor(assoc)
+  local f = FACTORS[assoc]
+  if f then return f end
+  local total = decayed(redis.call('GET', NS .. 'fut'))
+  local usage = decayed(redis.call('HGET', NS .. 'fu', assoc))
+  if total <= 0 or usage <= 0 then f = 1
+  else
+    local share = num(redis.call('HGET', NS .. 'fs', assoc))
+    f = share > 0 and 2 ^ (-(usage / total) / share) or 0
+  end
+  FACTORS[assoc] = f
+  return f
+end
+
+-- How much later than its place in line a ticket ranks: up to its tier's weight, in seconds, for
+-- an association that has used far beyond its share; nothing for one that has used nothing.
+local function fair_share_delay(assoc, weight)
+  if not assoc or assoc == '' or num(weight) <= 0 then return 0 end
+  return num(weight) * (1 - factor(assoc))
+end
+
+local refresh_stream
+
+-- Score the waiting stream heads of `assoc` again: its factor changed. Only its own streams:
+-- everyone else's factor moves too (the total changed) but far less, and is caught up at their
+-- own next charge or change of head.
+local function rescore(assoc)
+  for _, key in ipairs(redis.call('SMEMBERS', NS .. 'ak:' .. assoc)) do
+    for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
+      local pool, group = string.match(pg, '^(.*)|([^|]*)$')
+      refresh_stream(key, pool, group, true)
+    end
+  end
+end
+
+-- Charge `amount` weighted tokens to `assoc`, then score its waiting stream heads again.
+local function charge(assoc, amount)
+  local value = string.format('%.17g|%.6f', decayed(redis.call('HGET', NS .. 'fu', assoc)) + amount, NOW)
+  redis.call('HSET', NS .. 'fu', assoc, value)
+  local total = decayed(redis.call('GET', NS .. 'fut')) + amount
+  redis.call('SET', NS .. 'fut', string.format('%.17g|%.6f', total, NOW))
+  FACTORS = {}
+  rescore(assoc)
+end
+
+-- The latest demand states its association's share and the half-life; a change re-scores.
+local function state_fair_share(assoc, share, half_life_seconds)
+  if redis.call('GET', NS .. 'fhl') ~= half_life_seconds then
+    redis.call('SET', NS .. 'fhl', half_life_seconds)
+    HALF_LIFE = nil
+    FACTORS = {}
+  end
+  if assoc ~= '' and redis.call('HGET', NS .. 'fs', assoc) ~= share then
+    redis.call('HSET', NS .. 'fs', assoc, share)
+    FACTORS[assoc] = nil
+    rescore(assoc)
+  end
+end
+
 -- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`. `rescored`: the
 -- same member may now carry a different score.
 local function set_entry(zkey, slot, member, score, group, rescored)
@@ -177,19 +260,20 @@ local function refresh_pool_group(pool, group, rescored)
   set_entry(NS .. 'l3:' .. group, 'P|' .. pool .. '|' .. group, member, score, group, rescored)
 end
 
-local function refresh_stream(key, pool, group, rescored)
+refresh_stream = function(key, pool, group, rescored)
   local s = key .. '|' .. pool .. '|' .. group
   local member, score = head(NS .. 'q:' .. s)
+  local borrower = false
   if member then
     local floor = redis.call('HGET', NS .. 'fl', s)
     if floor and tonumber(floor) > tonumber(score) then score = floor end
+    local t = redis.call('HMGET', NS .. 't:' .. string.sub(member, 18), 'borrow', 'a', 'fw')
+    if t[1] == '1' then borrower = member end
+    local delay = fair_share_delay(t[2], t[3])
+    if delay > 0 then score = string.format('%.6f', tonumber(score) + delay) end
   end
   set_entry(NS .. 'l2:' .. pool .. '|' .. group, 'K|' .. s, key_open(key) and member, score, group,
     rescored)
-  local borrower = false
-  if member and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'borrow') == '1' then
-    borrower = member
-  end
   set_entry(NS .. 'b:' .. group, 'B|' .. s, borrower, score, group, rescored)
   refresh_pool_group(pool, group, rescored)
 end
@@ -225,12 +309,14 @@ local function refresh_pool(pool)
   end
 end
 
-local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid)
+local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid,
+                       assoc, weight)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
     'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
-    'pref', pref, 'avoid', avoid)
+    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight)
+  if assoc ~= '' then redis.call('SADD', NS .. 'ak:' .. assoc, key) end
   redis.call('ZADD', NS .. 'q:' .. key .. '|' .. pg, enq - head_start, member)
   redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, handle)
   redis.call('ZADD', NS .. 'pe:' .. pool, enq, handle)
@@ -241,11 +327,12 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
   return member
 end
 
--- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid} or nil.
+-- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc} or
+-- nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. 'tx', handle)
   local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan',
-    'pref', 'avoid')
+    'pref', 'avoid', 'a')
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -258,6 +345,9 @@ local function dequeue(handle)
   if redis.call('ZCARD', q) == 0 then
     redis.call('SREM', NS .. 'ks:' .. key, pg)
     redis.call('HDEL', NS .. 'fl', key .. '|' .. pg)
+    if t[9] and t[9] ~= '' and redis.call('SCARD', NS .. 'ks:' .. key) == 0 then
+      redis.call('SREM', NS .. 'ak:' .. t[9], key)
+    end
   end
   refresh_stream(key, pool, group)
   return t

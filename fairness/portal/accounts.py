@@ -1,0 +1,87 @@
+"""Accounts and memberships (the fair-share tree): staff's audited changes, and every key's
+default association."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from fairness.models import Account, Membership
+from fairness.portal.actions import Actor, audit
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+def default_membership(user: User) -> Membership:
+    """The association a key charges when none is named: the user's default, or, for a user in
+    no account yet, a new account of their own (shares 1, at the top of the tree)."""
+    membership = Membership.objects.filter(user=user, is_default=True).select_related("account").first()
+    if membership is not None:
+        return membership
+    with transaction.atomic():
+        other = Membership.objects.filter(user=user).order_by("pk").first()
+        if other is not None:
+            other.is_default = True
+            other.save(update_fields=["is_default"])
+            return other
+        name, n = user.get_username(), 1
+        while Account.objects.filter(name=name).exists():
+            n += 1
+            name = f"{user.get_username()}-{n}"
+        account = Account.objects.create(name=name, description=f"{user.get_username()}'s own account")
+        return Membership.objects.create(account=account, user=user, is_default=True)
+
+
+@transaction.atomic
+def add_account(actor: Actor, name: str, parent: Account | None = None, shares: int = 1,
+                description: str = "") -> Account:
+    """Raises ValidationError for a bad or taken name or shares below 1."""
+    account = Account(name=name, parent=parent, shares=shares, description=description)
+    account.full_clean()
+    account.save()
+    audit(actor, "account.add", name, parent=parent.name if parent else None, shares=shares)
+    return account
+
+
+@transaction.atomic
+def change_account(actor: Actor, account: Account, *, shares: int | None = None,
+                   parent: Account | None = None, move: bool = False) -> Account:
+    """Change its shares and/or (with `move`) its parent (None: to the top)."""
+    changed: dict[str, object] = {}
+    if shares is not None and shares != account.shares:
+        changed["shares"] = [account.shares, shares]
+        account.shares = shares
+    if move and parent != account.parent:
+        changed["parent"] = [account.parent.name if account.parent else None, parent.name if parent else None]
+        account.parent = parent
+    account.full_clean()
+    account.save()
+    if changed:
+        audit(actor, "account.change", account.name, **changed)
+    return account
+
+
+@transaction.atomic
+def add_member(actor: Actor, account: Account, user: User, *, default: bool = False,
+               shares: int = 1) -> Membership:
+    """Add `user` to `account` (or change their shares there); `default`: their keys that name
+    no account charge this one from now on."""
+    if shares < 1:
+        raise ValidationError({"shares": "Shares are a whole number of at least 1."})
+    membership, created = Membership.objects.get_or_create(account=account, user=user, defaults={"shares": shares})
+    if not created and membership.shares != shares:
+        membership.shares = shares
+        membership.save(update_fields=["shares"])
+    if default and not membership.is_default:
+        Membership.objects.filter(user=user, is_default=True).update(is_default=False)
+        membership.is_default = True
+        membership.save(update_fields=["is_default"])
+    elif not Membership.objects.filter(user=user, is_default=True).exists():
+        membership.is_default = True  # a user's first account is their default
+        membership.save(update_fields=["is_default"])
+    audit(actor, "account.add_member", account.name, user=user.get_username(), shares=shares,
+          default=membership.is_default, created=created)
+    return membership

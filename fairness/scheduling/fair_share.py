@@ -1,0 +1,68 @@
+"""Slurm's classic fair-share factor over a tree of accounts, with usage that decays.
+
+An association (a user in an account) has a normalised share S: the product, down the tree, of
+each node's shares over the sum of its siblings' shares, the last step being the member's shares
+among the account's members. Its usage U is its part of everyone's decayed usage, so F = 2^(-U/S):
+1 for whoever has used nothing, 0.5 for exactly one's share, towards 0 beyond it. Usage decays
+exponentially with a half-life, stored as (value, the time it was valued at), so no task ever has
+to walk all associations to decay them; the admission scripts compute the same (lua/lib.lua).
+
+Pure Python: no Django, no Redis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Node:
+    parent: object | None  # the parent node's id, None at the top
+    shares: int
+
+
+def normalised_shares(nodes: Mapping[object, Node]) -> dict[object, float]:
+    """Every node's share of the whole: its shares over its siblings' (top-level nodes are one
+    another's siblings), times its parent's normalised share."""
+    sibling_total: dict[object, int] = {}
+    for node in nodes.values():
+        sibling_total[node.parent] = sibling_total.get(node.parent, 0) + node.shares
+    shares: dict[object, float] = {}
+
+    def share_of(node_id: object, depth: int = 0) -> float:
+        if node_id in shares:
+            return shares[node_id]
+        if depth > len(nodes):
+            raise ValueError("the account tree has a cycle")
+        node = nodes[node_id]
+        above = 1.0 if node.parent is None else share_of(node.parent, depth + 1)
+        total = sibling_total[node.parent]
+        shares[node_id] = above * node.shares / total if total else 0.0
+        return shares[node_id]
+
+    for node_id in nodes:
+        share_of(node_id)
+    return shares
+
+
+def decayed(value: float, valued_at: float, now: float, half_life: float) -> float:
+    """`value` as of `valued_at`, decayed to `now` (seconds; half_life in seconds)."""
+    if half_life <= 0:
+        return 0.0
+    return value * math.pow(2.0, -max(0.0, now - valued_at) / half_life)
+
+
+def factor(usage: float, total: float, share: float) -> float:
+    """F = 2^(-U/S), U = usage / total. Nobody has used anything: 1. No share: 0 once used."""
+    if total <= 0 or usage <= 0:
+        return 1.0
+    if share <= 0:
+        return 0.0
+    return math.pow(2.0, -(usage / total) / share)
+
+
+def weighted_tokens(prompt: int, completion: int, w_prompt: float, w_completion: float) -> float:
+    """What one request charges its association."""
+    return w_prompt * max(0, prompt) + w_completion * max(0, completion)
