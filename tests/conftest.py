@@ -106,7 +106,7 @@ def worker(live_db_url: str, redis_url: str, transactional_db):
     from tests.worker_process import WorkerProcess
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    env = gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5")
+    env = gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5", GP_FAIRSHARE_SAVE_SECONDS="0.5")
     process = WorkerProcess(env, LOG_DIR / f"worker-{free_port()}.log")
     yield process
     process.stop()

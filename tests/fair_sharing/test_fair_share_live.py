@@ -1,0 +1,84 @@
+"""Fair share across real processes: every gateway charges the same books, and the usage
+outlives a Redis that restarts empty (the worker adds the database's copy back)."""
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import redis
+import redis.asyncio
+
+from fairness.models import ApiKey, FairShareUsage, Replica
+from fairness.scheduling import fair_share
+from fairness.scheduling.admission import Admission
+from tests.conftest import MODEL, TEST_REDIS_URL, start_gateway
+from tests.fair_sharing.conftest import chat_body, nothing_held
+from tests.polling import wait_for
+
+
+def live_usage() -> tuple[dict[str, float], float]:
+    async def read():
+        client = redis.asyncio.Redis.from_url(TEST_REDIS_URL)
+        admission = Admission(client)
+        try:
+            usage, total, _ = await admission.fair_share_usage()
+            return usage, total
+        finally:
+            await admission.close()
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def association(member) -> str:
+    return str(ApiKey.objects.get(pk=member.key_id).membership_id)
+
+
+@pytest.fixture
+def on_engine8(gateway, engine8):
+    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
+
+
+def test_three_gateway_processes_charge_the_same_books_exactly(gateway, live_db_url, cast, on_engine8):
+    others = [start_gateway(live_db_url, name=f"gateway-{n}") for n in (2, 3)]
+    try:
+        urls = [gateway.url, *(g.url for g in others)]
+        members = [cast["alice"], cast["bob"]]
+        jobs = [(url, member, 5 + 7 * n) for n, (url, member) in
+                enumerate((u, m) for u in urls for m in members for _ in range(4))]  # fmt: skip
+
+        def send(job) -> tuple[str, float]:
+            url, member, max_tokens = job
+            response = httpx.post(url + "/v1/chat/completions", json=chat_body(member, max_tokens=max_tokens),
+                                  headers={"authorization": f"Bearer {member.secret}"}, timeout=60)
+            assert response.status_code == 200, response.text
+            usage = response.json()["usage"]
+            return member.username, fair_share.weighted_tokens(usage["prompt_tokens"], usage["completion_tokens"], 1, 2)
+
+        with ThreadPoolExecutor(8) as pool:
+            charged = list(pool.map(send, jobs))
+        wait_for(nothing_held, timeout=5, what="every lease back (the charge rides on the release)")
+    finally:
+        for process in others:
+            process.stop()
+    expected = {association(cast[name]): sum(c for n, c in charged if n == name) for name in ("alice", "bob")}
+    usage, total = live_usage()
+    # A week's half-life over these few seconds decays by about a millionth.
+    assert usage == pytest.approx(expected, rel=1e-5)
+    assert total == pytest.approx(sum(expected.values()), rel=1e-5)
+
+
+def test_usage_outlives_a_redis_that_restarts_empty(gateway, cast, on_engine8, worker):
+    alice = cast["alice"]
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=chat_body(alice, max_tokens=30),
+                          headers={"authorization": f"Bearer {alice.secret}"}, timeout=60)
+    assert response.status_code == 200
+    who = association(alice)
+    wait_for(lambda: live_usage()[0].get(who, 0) > 0, timeout=5, what="alice's charge")
+    charged = live_usage()[0][who]
+    wait_for(lambda: FairShareUsage.objects.filter(membership_id=int(who)).exists(), timeout=20,
+             what="the worker to save the usage")  # fmt: skip
+    redis.Redis.from_url(TEST_REDIS_URL).flushdb()  # as a Redis without persistence restarts
+    wait_for(lambda: live_usage()[0].get(who, 0) > 0, timeout=20, what="the worker to add it back")
+    assert live_usage()[0][who] == pytest.approx(charged, rel=1e-4)
