@@ -9,7 +9,9 @@ The waiting tickets belong to 100 keys (fewer for a short queue) that each hold 
 so only the key caps keep them waiting. They are queued by one Admission instance whose keeper
 is slowed right down (it would otherwise heartbeat all of them every second and we would be
 timing that); a second instance, as another gateway process would, takes and releases.
-Sizes are measured in interleaved rounds (median per figure). Writes
+Every key charges an association of its own (the measured key shares one with a capped key, so
+each of its releases also scores a waiting stream head again, as fair share does). Sizes are
+measured in interleaved rounds (median per figure). Writes
 bench/results/admission_cost.json and .png.
 """
 
@@ -32,12 +34,14 @@ from fairness.scheduling.admission import Admission, Demand, Grant
 
 GROUP = "bench-model"
 CAPPED_KEYS = 100
+CHARGE = 150.0  # weighted tokens each release charges (fair share)
 
 
-def _demand(key_id: str, max_queued: int, cap: int) -> Demand:
+def _demand(key_id: str, max_queued: int, cap: int, association: str) -> Demand:
     return Demand(key_id=key_id, tier="interactive", per_key_cap=cap, pool_cap=None,
                   head_start_seconds=600.0, borrow=False, max_queued_per_key=max_queued,
-                  max_wait_seconds=3600.0, group=GROUP)
+                  max_wait_seconds=3600.0, group=GROUP, association=association,
+                  share=1 / CAPPED_KEYS, fairshare_weight=300.0)
 
 
 def _client(url: str) -> Redis:
@@ -61,11 +65,11 @@ async def measure(url: str, waiting: int, iterations: int) -> dict[str, Any]:
         keys = min(CAPPED_KEYS, waiting)
         per_key = -(-waiting // keys)
         for k in range(keys):  # each capped key holds its one lease ...
-            held.append(await queuer.acquire(_demand(f"capped{k}", per_key, 1)))
+            held.append(await queuer.acquire(_demand(f"capped{k}", per_key, 1, f"a{k}")))
         started = time.perf_counter()
         for i in range(waiting):  # ... and queues behind it
             tasks.append(asyncio.create_task(
-                queuer.acquire(_demand(f"capped{i % keys}", per_key, 1))))
+                queuer.acquire(_demand(f"capped{i % keys}", per_key, 1, f"a{i % keys}"))))
             if len(tasks) % 500 == 0:
                 await asyncio.sleep(0)
         deadline = time.monotonic() + 120
@@ -78,15 +82,16 @@ async def measure(url: str, waiting: int, iterations: int) -> dict[str, Any]:
         # walking them during the measurement (that would be our cost, not the admission's).
         gc.collect()
         gc.freeze()
-        free = _demand("uncontended", 1, 2)
+        # Its association is also a capped key's, so every charge scores a waiting head again.
+        free = _demand("uncontended", 1, 2, "a0")
         for _ in range(max(20, iterations // 10)):  # warm up: scripts loaded, pub/sub subscribed
-            await meter.release(await meter.acquire(free))
+            await meter.release(await meter.acquire(free), charge=CHARGE)
         total, take, give = [], [], []
         for _ in range(iterations):
             t0 = time.perf_counter()
             grant = await meter.acquire(free)
             t1 = time.perf_counter()
-            await meter.release(grant)
+            await meter.release(grant, charge=CHARGE)
             t2 = time.perf_counter()
             total.append(t2 - t0)
             take.append(t1 - t0)
