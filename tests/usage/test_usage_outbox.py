@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -16,8 +17,9 @@ from asgiref.sync import sync_to_async
 
 from fairness.gateway import accounting
 from fairness.gateway.api_keys import KeyInfo, TierPolicy
-from fairness.gateway.lifecycle import RequestLifecycle
+from fairness.gateway.lifecycle import RequestLifecycle, demand_of
 from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
+from fairness.gateway.sse_relay import StreamTally
 from fairness.gateway.usage_outbox import UsageOutbox
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
@@ -181,3 +183,35 @@ def test_an_outbox_at_its_bound_drops_the_oldest_and_metrics_count_it(store, cas
     assert samples.get("gpuportal_usage_events_dropped_total") == 0  # the backlog's books balance
     assert samples.get("gpuportal_usage_backlog") == 3
 
+
+
+def test_a_fair_share_charge_whose_release_failed_is_charged_once_redis_is_back(store, cast):
+    key = replace(key_info(cast["alice"].key_id), association="7", share=0.5)
+
+    async def charged(runtime: GatewayRuntime) -> dict[str, float]:
+        return (await runtime.admission.fair_share_usage())[0]
+
+    async def scenario() -> dict[str, float]:
+        runtime = runtime_for(store)
+        try:
+            await runtime.admission.set_capacity("m", 4)
+            lifecycle = RequestLifecycle(runtime, "req-charged", key, "chat", "m", False)
+            await lifecycle.admit(demand_of(key, "m"))
+            store.stop()
+            await lifecycle.close(200, StreamTally(prompt_tokens=10, completion_tokens=20, finished=True))
+
+            async def kept() -> bool:
+                return runtime.usage_outbox.waiting == 1
+
+            await async_wait_for(kept, what="the failed release to keep its usage and charge")
+            store.start()  # empty
+            await until_queued(store, "req-charged")
+
+            async def there() -> dict[str, float]:
+                return await charged(runtime)
+
+            return await async_wait_for(there, timeout=15, what="the charge to reach Redis")
+        finally:
+            await runtime.close()
+
+    assert asyncio.run(scenario()) == {"7": pytest.approx(10 + 2 * 20)}
