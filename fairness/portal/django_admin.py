@@ -18,10 +18,12 @@ from django.forms import Field as FormField
 from django.http import HttpRequest
 
 from fairness.models import (
+    Account,
     AdminToken,
     ApiKey,
     AuditEntry,
     EngineSample,
+    Membership,
     Replica,
     SaturationAlert,
     Tier,
@@ -58,13 +60,29 @@ class TierAdmin(admin.ModelAdmin):
                     "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots"]
 
 
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    """The fair-share tree (the staff page /staff/accounts/ shows it with usage)."""
+
+    list_display = ["name", "parent", "shares", "description"]
+    search_fields = ["name"]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "account", "shares", "is_default"]
+    list_filter = ["account"]
+    search_fields = ["user__username", "account__name"]
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ["prefix", "owner", "tier", "label", "created_at", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["tier", "revoked_at"]
     search_fields = ["prefix", "label", "owner__username"]
-    fields = ["prefix", "owner", "tier", "label", "created_at", "expires_at", "revoked_at", "last_used_at"]
-    readonly_fields = ["prefix", "owner", "created_at", "revoked_at", "last_used_at"]
+    fields = ["prefix", "owner", "tier", "membership", "label", "created_at", "expires_at", "revoked_at",
+              "last_used_at"]
+    readonly_fields = ["prefix", "owner", "membership", "created_at", "revoked_at", "last_used_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
