@@ -14,6 +14,14 @@ from fairness.portal.actions import Actor, audit
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+# Shares are relative, so a bound costs nothing; it keeps a typo from overflowing the column.
+MAX_SHARES = 1_000_000
+
+
+def _check_shares(shares: int) -> None:
+    if not 1 <= shares <= MAX_SHARES:
+        raise ValidationError({"shares": f"Shares are a whole number from 1 to {MAX_SHARES:,}."})
+
 
 def default_membership(user: User) -> Membership:
     """The association a key charges when none is named: the user's default, or, for a user in
@@ -38,7 +46,8 @@ def default_membership(user: User) -> Membership:
 @transaction.atomic
 def add_account(actor: Actor, name: str, parent: Account | None = None, shares: int = 1,
                 description: str = "") -> Account:
-    """Raises ValidationError for a bad or taken name or shares below 1."""
+    """Raises ValidationError for a bad or taken name or shares out of range."""
+    _check_shares(shares)
     account = Account(name=name, parent=parent, shares=shares, description=description)
     account.full_clean()
     account.save()
@@ -49,7 +58,10 @@ def add_account(actor: Actor, name: str, parent: Account | None = None, shares: 
 @transaction.atomic
 def change_account(actor: Actor, account: Account, *, shares: int | None = None,
                    parent: Account | None = None, move: bool = False) -> Account:
-    """Change its shares and/or (with `move`) its parent (None: to the top)."""
+    """Change its shares and/or (with `move`) its parent (None: to the top). Raises
+    ValidationError for shares out of range or a parent under the account itself."""
+    if shares is not None:
+        _check_shares(shares)
     changed: dict[str, object] = {}
     if shares is not None and shares != account.shares:
         changed["shares"] = [account.shares, shares]
@@ -66,13 +78,16 @@ def change_account(actor: Actor, account: Account, *, shares: int | None = None,
 
 @transaction.atomic
 def add_member(actor: Actor, account: Account, user: User, *, default: bool = False,
-               shares: int = 1) -> Membership:
-    """Add `user` to `account` (or change their shares there); `default`: their keys that name
-    no account charge this one from now on."""
-    if shares < 1:
-        raise ValidationError({"shares": "Shares are a whole number of at least 1."})
-    membership, created = Membership.objects.get_or_create(account=account, user=user, defaults={"shares": shares})
-    if not created and membership.shares != shares:
+               shares: int | None = None) -> Membership:
+    """Add `user` to `account` (or change their shares there; None: 1 for a new member, the
+    same for one already there); `default`: their keys that name no account charge this one
+    from now on."""
+    if shares is not None:
+        _check_shares(shares)
+    membership, created = Membership.objects.get_or_create(
+        account=account, user=user, defaults={"shares": shares or 1}
+    )
+    if shares is not None and not created and membership.shares != shares:
         membership.shares = shares
         membership.save(update_fields=["shares"])
     if default and not membership.is_default:
@@ -82,6 +97,6 @@ def add_member(actor: Actor, account: Account, user: User, *, default: bool = Fa
     elif not Membership.objects.filter(user=user, is_default=True).exists():
         membership.is_default = True  # a user's first account is their default
         membership.save(update_fields=["is_default"])
-    audit(actor, "account.add_member", account.name, user=user.get_username(), shares=shares,
+    audit(actor, "account.add_member", account.name, user=user.get_username(), shares=membership.shares,
           default=membership.is_default, created=created)
     return membership

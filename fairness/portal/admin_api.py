@@ -1,4 +1,4 @@
-"""The admin JSON API: keys, users, tiers, replicas, alerts. Staff session or admin token.
+"""The admin JSON API: keys, users, tiers, replicas, accounts, alerts. Staff session or admin token.
 
 A secret appears in exactly two responses: issuing a key and rotating one.
 """
@@ -22,7 +22,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import field_validator
 
 from fairness.gateway.api_keys import hash_secret
-from fairness.models import AdminToken, ApiKey, AuditEntry, Replica, SaturationAlert, Tier
+from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
@@ -89,6 +89,8 @@ class KeyIn(Input):
     tier: str
     label: str = Field("", max_length=100)
     expires_days: int | None = Field(None, ge=1, le=3650)
+    account: str | None = Field(None, max_length=100, description="The account whose share the key charges, "
+                                "one its owner is a member of; leave out for the owner's default account.")
 
 
 class RotateIn(Input):
@@ -98,7 +100,8 @@ class RotateIn(Input):
 @router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
 def list_keys(request):
     load, tokens = key_load(), tokens_last_day()
-    return [key_out(k, load, tokens) for k in ApiKey.objects.select_related("owner", "tier")]
+    keys = ApiKey.objects.select_related("owner", "tier", "membership__account")
+    return [key_out(k, load, tokens) for k in keys]
 
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -141,10 +144,21 @@ def issue_key(request, data: KeyIn):
     expires = timezone.now() + dt.timedelta(days=data.expires_days) if data.expires_days else None
     if not owner.is_active:  # checked before the idempotency record: a refusal makes nothing to name
         raise HttpError(422, f"owner: {data.owner!r} is deactivated; keys are for active users only")
+    membership = named_membership(owner, data.account) if data.account is not None else None
     with idempotent(request) as record:
-        key, secret = actions.issue(actor(request), owner, tier, data.label, expires)
+        key, secret = actions.issue(actor(request), owner, tier, data.label, expires, membership)
         record(key.prefix)
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
+
+
+def named_membership(owner, account: str) -> Membership:
+    membership = Membership.objects.select_related("account").filter(user=owner, account__name=account).first()
+    if membership is not None:
+        return membership
+    if not Account.objects.filter(name=account).exists():
+        raise HttpError(422, f"account: no account named {account!r}")
+    raise HttpError(400, f"account: {owner.get_username()!r} is not a member of {account!r}; "
+                         f"add them with POST /api/admin/accounts/{account}/members first")
 
 
 @router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")

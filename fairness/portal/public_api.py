@@ -14,6 +14,7 @@ from ninja import NinjaAPI, Router, Schema
 from fairness.gateway import openapi as gateway_openapi
 from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal import tier_policy
+from fairness.portal.admin_accounts_api import router as admin_accounts_router
 from fairness.portal.admin_api import router as admin_router
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
@@ -288,3 +289,4 @@ async def alerts(request):
 
 api.add_router("/", public)
 api.add_router("/admin", admin_router)
+api.add_router("/admin", admin_accounts_router)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
-from ninja import Schema
+from ninja import Field, Schema
 
 from fairness.models import ApiKey, AuditEntry, EngineSample, Replica, SaturationAlert, UsageHourly
 from fairness.scheduling import live_counts
@@ -37,6 +37,9 @@ class KeyOut(Schema):
     in_flight: int = 0
     queued: int = 0
     tokens_24h: int = 0
+    account: str | None = Field(
+        None, description="The account whose share its requests charge; null: its owner's default account."
+    )
 
 
 
@@ -48,6 +51,7 @@ def key_out(
         prefix=key.prefix, owner=key.owner.get_username(), tier=key.tier.name, label=key.label,
         created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
         last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
+        account=key.membership.account.name if key.membership else None,
     )
 
 

@@ -1,0 +1,41 @@
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError
+
+from fairness.management.audited import AuditedCommand
+from fairness.models import Account
+from fairness.portal import accounts
+
+
+class Command(AuditedCommand):
+    help = ("Add a user to an account (or change their shares there). Their keys that name no "
+            "account charge their default account.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("account")
+        parser.add_argument("user", help="An existing username.")
+        parser.add_argument("--shares", type=int, default=None,
+                            help="Their part of the account's share, relative to the other members' "
+                                 "(1 for a new member; leave out to keep a member's).")
+        parser.add_argument("--default", action="store_true",
+                            help="Make this their default account (a user's first account is anyway).")
+
+    def handle(self, *args, account, user, shares, default, **options):
+        if shares is not None and not 1 <= shares <= accounts.MAX_SHARES:
+            raise CommandError(f"--shares must be a whole number from 1 to {accounts.MAX_SHARES:,}")
+        if "\x00" in account + user:
+            raise CommandError("No NUL characters, please.")
+        found = Account.objects.filter(name=account).first()
+        if found is None:
+            raise CommandError(f"No account named {account!r}. `manage.py sshare` lists them; "
+                               "`manage.py add_account` adds one.")
+        member = get_user_model().objects.filter(username=user).first()
+        if member is None:
+            raise CommandError(f"No user named {user!r}.")
+        try:
+            membership = accounts.add_member(self.actor(), found, member, default=default, shares=shares)
+        except ValidationError as exc:
+            raise CommandError(" ".join(exc.messages)) from None
+        count = membership.shares
+        default_note = "; it is their default account" if membership.is_default else ""
+        self.stdout.write(f"{user} is in {account} with {count} {'share' if count == 1 else 'shares'}{default_note}.")
