@@ -178,8 +178,9 @@ class ApiKey(Credential, models.Model):
     tier = models.ForeignKey(Tier, models.PROTECT, related_name="api_keys")
     # The association its requests charge (fair share). Always set by issue_key; null only for
     # rows written around it, which charge their owner's default association.
+    # RESTRICT, not PROTECT: deleting a user takes their keys and memberships together.
     membership = models.ForeignKey(
-        Membership, models.PROTECT, null=True, blank=True, related_name="api_keys"
+        Membership, models.RESTRICT, null=True, blank=True, related_name="api_keys"
     )
     label = models.CharField(max_length=100, blank=True)
     prefix = models.CharField(max_length=16, unique=True, help_text="Visible start of the secret.")
