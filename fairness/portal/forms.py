@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import ApiKey, Replica, Tier
+from fairness.models import Account, ApiKey, Replica, Tier
 from fairness.portal import submit_once
 
 User = get_user_model()
@@ -267,3 +267,41 @@ class ReplicaPageForm(ReplicaForm):
             return typed
         kept: str = self.instance.api_key
         return kept
+
+
+# -- the fair-share tree (staff_account_pages.py); the actions in accounts.py validate again ----
+
+# The database column's bound: the actions may hold shares to a tighter one.
+SHARES_BOUND = 2_147_483_647
+
+
+def _shares_field(help_text: str, **kwargs: Any) -> forms.IntegerField:
+    return forms.IntegerField(min_value=1, max_value=SHARES_BOUND, initial=1, help_text=help_text, **kwargs)
+
+
+class AccountForm(NoColon, forms.Form):
+    name = forms.CharField(max_length=100, help_text="Letters, digits and . @ + - _ only, e.g. “nlp-lab”.")
+    parent = forms.ModelChoiceField(
+        queryset=Account.objects.all(), to_field_name="name", required=False,
+        empty_label="None: at the top of the tree", help_text="The account it is part of.",
+    )
+    shares = _shares_field("Its part of the parent's share, relative to its siblings' shares.")
+    description = forms.CharField(max_length=200, required=False)
+
+
+class AccountSharesForm(NoColon, forms.Form):
+    shares = _shares_field("Its part of the parent's share, relative to its siblings' shares.")
+
+
+class MemberForm(NoColon, forms.Form):
+    """Adds a user to an account, or changes their shares in one they are already in."""
+
+    user = forms.ModelChoiceField(
+        queryset=User.objects.filter(is_active=True).order_by("username"), to_field_name="username",
+    )
+    account = forms.ModelChoiceField(queryset=Account.objects.all(), to_field_name="name")
+    shares = _shares_field("Their part of the account's share, relative to the other members'.")
+    default = forms.BooleanField(
+        label="Make it their default account", required=False,
+        help_text="Their keys that name no account charge this one.",
+    )

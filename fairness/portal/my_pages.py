@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from fairness.models import ApiKey, Tier, UsageHourly
 from fairness.portal import tier_policy
+from fairness.portal.fair_share_report import standing_of
+from fairness.portal.fair_share_words import half_life_in_words
 from fairness.portal.queries import key_load, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
 from fairness.telemetry import latency, usage_rollup
@@ -60,6 +62,9 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
         "tiers": [{"tier": t, "sentences": tier_policy.in_words(t)} for t in live_tiers],
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "days": USAGE_DAYS,
+        # Only the user's own figures: the sentences compare their usage with their own share.
+        "standings": standing_of(request.user),
+        "half_life": half_life_in_words(),
     })
 
 

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from fairness.models import SaturationAlert
+from fairness.models import SaturationAlert, Tier
 from fairness.portal import public_api
+from fairness.portal.fair_share_words import policy_paragraph
 from fairness.telemetry.latency import ms_in_words
 
 ALERT_KINDS = dict(SaturationAlert.Kind.choices)
+
+
+def _longest_fairshare_weight() -> float:
+    longest: float | None = Tier.objects.aggregate(longest=Max("fairshare_weight_seconds"))["longest"]
+    return longest or 0.0
 
 
 async def capacity(request: HttpRequest) -> HttpResponse:
@@ -26,6 +33,7 @@ async def capacity(request: HttpRequest) -> HttpResponse:
              "requests": t.ttft_requests}
             for t in now.tiers
         ],
+        "fair_share": policy_paragraph(await sync_to_async(_longest_fairshare_weight)()),
         "alerts": [
             {**a.model_dump(), "kind_label": ALERT_KINDS.get(a.kind, a.kind)} for a in now.alerts
         ],
