@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import Account, ApiKey, Replica, Tier
+from fairness.models import Account, ApiKey, Membership, Replica, Tier
 from fairness.portal import submit_once
 
 User = get_user_model()
@@ -83,12 +83,27 @@ class IssueKeyForm(SubmitOnceForm):
         label="Expires after (days)", min_value=1, max_value=3650, required=False,
         help_text="Leave empty for a key that does not expire.",
     )
+    account = forms.ModelChoiceField(
+        queryset=Account.objects.all(), to_field_name="name", required=False,
+        empty_label="The owner's default account",
+        help_text="Whose fair share its requests count against: one of the owner's accounts.",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         tier = default_tier(self.initial.get("owner"))
         if tier is not None:
             self.fields["tier"].initial = tier.name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        owner, account = data.get("owner"), data.get("account")
+        if owner is not None and account is not None:
+            data["membership"] = Membership.objects.filter(user=owner, account=account).first()
+            if data["membership"] is None:
+                self.add_error("account", f"{owner.get_username()} is not a member of {account.name}; "
+                                          "add them on the accounts page first.")
+        return data
 
     def expires_at(self) -> dt.datetime | None:
         days = self.cleaned_data.get("expires_days")

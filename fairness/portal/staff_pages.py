@@ -188,7 +188,7 @@ def issue_key(request: SignedInRequest) -> HttpResponse:
         try:
             with submit_once.first_submission(data["once"]) as record:
                 key, secret = actions.issue(_actor(request), data["owner"], data["tier"], data["label"],
-                                               form.expires_at())
+                                               form.expires_at(), data.get("membership"))
                 record(key.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)

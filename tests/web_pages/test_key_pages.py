@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from fairness.gateway.api_keys import hash_secret
-from fairness.models import ApiKey, AuditEntry
+from fairness.models import Account, ApiKey, AuditEntry, Membership
 from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,3 +154,16 @@ def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, r
     row = next(r.key for r in rows if r.key.prefix == key.prefix)
     assert (row.in_flight, row.queued, row.tokens_24h) == (2, 5, 1234)
     assert "1,234" in staff_client.get("/staff/keys/").content.decode()
+
+
+def test_a_key_charges_the_account_chosen_for_it_and_only_one_of_its_owners(staff_client, cast):
+    carol = get_user_model().objects.get(username="carol")
+    nlp = Account.objects.create(name="nlp")
+    Account.objects.create(name="vision")
+    Membership.objects.create(account=nlp, user=carol)
+    secret, _ = issue(staff_client, account="nlp")
+    assert ApiKey.objects.get(secret_hash=hash_secret(secret)).membership.account.name == "nlp"
+
+    refused = staff_client.post("/staff/keys/issue/", key_form(owner="carol", tier="batch", account="vision"))
+    assert refused.status_code == 200 and "carol is not a member of vision" in refused.content.decode()
+    assert ApiKey.objects.filter(owner=carol).count() == 2  # the cast's key and the nlp one
