@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import redis.exceptions
 from django.conf import settings
@@ -26,7 +27,21 @@ from fairness.store.redis_lane import Command, first_error
 log = logging.getLogger(__name__)
 
 
-def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = ()) -> Demand:
+# A request that names no max_tokens is estimated at this many completion tokens (a chat answer).
+_DEFAULT_COMPLETION_ESTIMATE = 256
+
+
+def request_estimate(payload: dict[str, Any], body_bytes: int) -> float:
+    """The weighted tokens a request will likely charge, before it runs: about four bytes of
+    body per prompt token, and its max_tokens (the release settles the real count)."""
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or _DEFAULT_COMPLETION_ESTIMATE
+    return fair_share.weighted_tokens(
+        body_bytes // 4, int(limit),
+        settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
+    )  # fmt: skip
+
+
+def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0) -> Demand:
     tier = key.tier
     return Demand(
         key_id=str(key.id),
@@ -42,6 +57,7 @@ def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = ()) -> Dem
         association=key.association,
         share=key.share,
         fairshare_weight=tier.fairshare_weight_seconds,
+        estimate=estimate,
     )
 
 
@@ -133,9 +149,15 @@ class RequestLifecycle:
             log.warning("could not settle %s; its usage waits in the outbox", self.event["request_id"],
                         exc_info=True)  # fmt: skip
             outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal,
-                        charge=(self.grant.demand.association, self._charge()) if self.grant else None)
+                        charge=self._unsettled())
         else:
             outbox.pushed(self.event, opened)
+
+    def _unsettled(self) -> tuple[str, float] | None:
+        """What the failed release did not charge: the real count less the grant's estimate."""
+        if self.grant is None:
+            return None
+        return self.grant.demand.association, self._charge() - self.grant.demand.estimate
 
     def _charge(self) -> float:
         """The weighted tokens this request charges its association (fair share)."""

@@ -20,7 +20,7 @@ from fairness.gateway import engine_client, request_parsing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
-from fairness.gateway.lifecycle import RequestLifecycle, demand_of
+from fairness.gateway.lifecycle import RequestLifecycle, demand_of, request_estimate
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
@@ -109,7 +109,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         runtime, request.request_id, key, endpoint, parsed.model, parsed.stream
     )
     try:
-        await lifecycle.admit(demand_of(key, group, _preference(replicas, parsed, request.headers)))
+        await lifecycle.admit(demand_of(key, group, _preference(replicas, parsed, request.headers),
+                                        estimate=request_estimate(parsed.payload, len(body))))
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
             key.tier.engine_priority, caller=str(key.owner_id),

@@ -88,6 +88,9 @@ class Demand:
     association: str = ""
     share: float = 0.0
     fairshare_weight: float = 0.0
+    # Weighted tokens charged to the association when granted (running work counts from its
+    # start); the release charges the difference to the real count.
+    estimate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -268,7 +271,7 @@ class Admission:
                     deadline, self._channel, preference, demand.avoid, int(moving),
                     int(self._on_unknown_group is not None and not stated),
                     demand.association, repr(float(demand.share)), demand.fairshare_weight,
-                    self._half_life,
+                    self._half_life, demand.estimate,
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -326,18 +329,21 @@ class Admission:
         return not lost
 
     async def release(self, grant: Grant, also: Sequence[Command] = (), charge: float = 0.0) -> None:
-        """Give the lease back (idempotent) and charge ``charge`` weighted tokens to the
-        demand's association (not idempotent: once); survives the caller being cancelled
-        meanwhile. If Redis cannot be reached this raises, but the lease is no longer renewed
-        either. ``also`` adds the caller's own commands (its accounting) to the same round trip."""
+        """Give the lease back (idempotent) and settle the demand's association's charge: the
+        request really used ``charge`` weighted tokens, its grant charged the estimate (not
+        idempotent: once). Survives the caller being cancelled meanwhile. If Redis cannot be
+        reached this raises, but the lease is no longer renewed either. ``also`` adds the
+        caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
         self._stop_keeper_if_idle()
-        release = self._eval("release", grant.lease_id, grant.demand.association, charge)
+        demand = grant.demand
+        release = self._eval("release", grant.lease_id, demand.association, charge, demand.estimate)
         await self._shielded(self._send(release, *also))
 
     def charge_command(self, association: str, amount: float) -> Command:
-        """A charge on its own, for usage whose release round trip failed (send it with `send`)."""
-        return self._eval("release", "", association, amount)
+        """A charge on its own (negative: a refund), for usage whose release round trip failed
+        (send it with `send`)."""
+        return self._eval("release", "", association, amount, 0)
 
     async def send(self, *commands: Command) -> list[Any]:
         """One round trip of these commands; scripts Redis has forgotten are loaded again."""

@@ -4,6 +4,8 @@ weight, a charge re-scores only that association's stream heads, and ageing stil
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis.asyncio as aredis
 
@@ -11,7 +13,7 @@ from fairness.scheduling import fair_share
 from fairness.scheduling.admission import Admission
 from fairness.store import keyspace
 
-from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, granted, like
+from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, eventually, granted, like
 from .test_ordering import grant_order
 
 HOUR = 3600.0
@@ -171,3 +173,58 @@ async def test_a_user_alone_gets_everything_their_caps_allow(make_admission) -> 
     waiting = await enqueue(admission, heavy)
     await admission.release(grants[0])
     assert (await granted(waiting)).demand.key_id == "heavy"
+
+
+async def test_a_grant_charges_its_estimate_and_the_release_settles_the_real_count(make_admission) -> None:
+    admission = await make_admission()
+    await admission.set_capacity(GROUP, 2)
+    grant = await admitted(admission, like(heavy, estimate=1000.0))
+    assert (await usage(admission))["1"] == pytest.approx(1000.0)  # running work counts at once
+    await admission.release(grant, charge=300.0)
+    assert (await usage(admission))["1"] == pytest.approx(300.0)
+
+
+async def test_a_request_moved_to_another_replica_is_charged_its_estimate_once(make_admission) -> None:
+    admission = await make_admission()
+    await admission.set_capacity(GROUP, {"r1": 1, "r2": 1})
+    grant = await admitted(admission, like(heavy, estimate=1000.0))
+    moved = await asyncio.wait_for(admission.move(grant, avoid=grant.replica), 5)
+    assert moved.replica != grant.replica
+    assert (await usage(admission))["1"] == pytest.approx(1000.0)
+    await admission.release(moved, charge=1000.0)
+    assert (await usage(admission))["1"] == pytest.approx(1000.0)
+
+
+async def test_upkeep_scores_every_waiting_association_again_once_a_second(
+    make_admission, redis_url: str, prefix: str, clock: FakeClock
+) -> None:
+    # light waits with the delay of a moment when it held all the usage; then someone else's
+    # usage grows tenfold. Its own factor rose, and the next upkeep after a second shows it.
+    admission = await make_admission()
+    await admission.set_capacity(GROUP, 1)
+    other = like(alice, key_id="other", association="3", share=0.5, fairshare_weight=WEIGHT)
+    for demand in (light, other):
+        await admission.release(await admitted(admission, demand))
+    blocker = await admitted(admission, zed)
+    await charge(admission, "2", 1000.0)
+    await enqueue(admission, light)
+    client = aredis.Redis.from_url(redis_url)
+    ns = keyspace.admission_namespace(prefix)
+    head = await client.hget(ns + "idx", f"K|light|{light.tier}|{GROUP}")
+
+    async def score() -> float:
+        return float(await client.zscore(ns + f"l2:{light.tier}|{GROUP}", head))
+
+    stale = await score()
+    await charge(admission, "3", 9000.0)  # light is not charged, so not scored again yet
+    assert await score() == stale
+    clock.advance(1.0)
+
+    async def rescored() -> bool:
+        return await score() < stale - 100
+
+    await eventually(rescored, what="the upkeep to score light's head again")
+    # F went from 2^-2 to 2^-0.2: its delay fell from 0.75 W to about 0.13 W.
+    assert await score() == pytest.approx(stale - (0.75 - (1 - 2**-0.2)) * WEIGHT, abs=1.0)
+    await client.aclose()
+    await admission.release(blocker)

@@ -10,6 +10,7 @@
 -- ARGV[20] 1 = answer {-2} when the group's capacity is unknown (Redis lost it), 0 = queue anyway
 -- ARGV[21] association charged ("" = none)   ARGV[22] its normalised share S
 -- ARGV[23] the tier's fair-share weight (s)   ARGV[24] usage half-life (s)
+-- ARGV[25] the request's estimated weighted tokens, charged to the association when granted
 -- Returns  {1, borrowed 0/1, queued_seconds, replica}  granted now (no message is published)
 --          {0, member, hold}                   queued; the grant comes by pub/sub. hold: until when
 --                                              the group grants nothing (a restart), else 0
@@ -57,7 +58,7 @@ if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
   end
   if borrowed then
     local replica = choose_replica(group, pref, avoid)
-    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL)
+    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25])
     return {1, borrowed, string.format('%.6f', NOW - enq), replica}
   end
 end
@@ -76,7 +77,7 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
 end
 
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid, ARGV[21], ARGV[23])
+  avoid, ARGV[21], ARGV[23], ARGV[25])
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {1, g[1], string.format('%.6f', g[2]), g[3]} end

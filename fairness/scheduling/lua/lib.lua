@@ -39,6 +39,10 @@
 --                                latest demand states both.
 --   ak:a                         set: keys of association a with queued tickets, whose stream
 --                                heads are scored again when a's usage changes
+--   fa  fsr                      set: associations with queued tickets; when they were all last
+--                                scored again (upkeep does it once a second: see rescore_waiting)
+-- A grant charges its association the request's estimate (ticket/lease field est) at once, and
+-- the release charges the difference to the real count: running work counts from its start.
 --   fsok                         set once the database's copy of the usage has been added back
 -- A grant only ever inspects the head of l3:g (or b:g), so its cost does not grow with the queue.
 --
@@ -205,13 +209,25 @@ local function rescore(assoc)
 end
 
 -- Charge `amount` weighted tokens to `assoc`, then score its waiting stream heads again.
+-- A negative amount settles an estimate that was too high (never below nothing).
 local function charge(assoc, amount)
-  local value = string.format('%.17g|%.6f', decayed(redis.call('HGET', NS .. 'fu', assoc)) + amount, NOW)
-  redis.call('HSET', NS .. 'fu', assoc, value)
-  local total = decayed(redis.call('GET', NS .. 'fut')) + amount
+  local usage = math.max(0, decayed(redis.call('HGET', NS .. 'fu', assoc)) + amount)
+  redis.call('HSET', NS .. 'fu', assoc, string.format('%.17g|%.6f', usage, NOW))
+  local total = math.max(0, decayed(redis.call('GET', NS .. 'fut')) + amount)
   redis.call('SET', NS .. 'fut', string.format('%.17g|%.6f', total, NOW))
   FACTORS = {}
   rescore(assoc)
+end
+
+-- Everyone's factor drifts as the total grows, but a charge re-scores only its own association:
+-- once a second (from any process's upkeep), score every waiting association again, so one that
+-- is not being served is not left behind with the delay of an older, heavier moment.
+local function rescore_waiting(interval)
+  local last = tonumber(redis.call('GET', NS .. 'fsr'))
+  if last and NOW - last < interval and NOW >= last then return end
+  redis.call('SET', NS .. 'fsr', string.format('%.6f', NOW))
+  FACTORS = {}
+  for _, assoc in ipairs(redis.call('SMEMBERS', NS .. 'fa')) do rescore(assoc) end
 end
 
 -- The latest demand states its association's share and the half-life; a change re-scores.
@@ -310,13 +326,16 @@ local function refresh_pool(pool)
 end
 
 local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid,
-                       assoc, weight)
+                       assoc, weight, estimate)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
     'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
-    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight)
-  if assoc ~= '' then redis.call('SADD', NS .. 'ak:' .. assoc, key) end
+    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight, 'est', estimate)
+  if assoc ~= '' then
+    redis.call('SADD', NS .. 'ak:' .. assoc, key)
+    redis.call('SADD', NS .. 'fa', assoc)
+  end
   redis.call('ZADD', NS .. 'q:' .. key .. '|' .. pg, enq - head_start, member)
   redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, handle)
   redis.call('ZADD', NS .. 'pe:' .. pool, enq, handle)
@@ -327,12 +346,12 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
   return member
 end
 
--- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc} or
--- nil.
+-- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc,
+-- estimate} or nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. 'tx', handle)
   local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan',
-    'pref', 'avoid', 'a')
+    'pref', 'avoid', 'a', 'est')
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -347,15 +366,20 @@ local function dequeue(handle)
     redis.call('HDEL', NS .. 'fl', key .. '|' .. pg)
     if t[9] and t[9] ~= '' and redis.call('SCARD', NS .. 'ks:' .. key) == 0 then
       redis.call('SREM', NS .. 'ak:' .. t[9], key)
+      if redis.call('SCARD', NS .. 'ak:' .. t[9]) == 0 then redis.call('SREM', NS .. 'fa', t[9]) end
     end
   end
   refresh_stream(key, pool, group)
   return t
 end
 
-local function take(handle, key, pool, group, replica, borrowed, enq, expiry)
+local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate)
   redis.call('HSET', NS .. 'l:' .. handle, 'key', key, 'pool', pool, 'group', group,
     'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW)
+  if assoc and assoc ~= '' and num(estimate) > 0 then
+    redis.call('HSET', NS .. 'l:' .. handle, 'a', assoc, 'est', estimate)
+    charge(assoc, num(estimate))
+  end
   redis.call('ZADD', NS .. 'lx', expiry, handle)
   hincr('kin', key, 1); hincr('pin', pool, 1); hincr('gin', group, 1); hincr('rin', replica, 1)
   if borrowed == 1 then hincr('pbin', pool, 1) end
@@ -366,10 +390,12 @@ end
 -- Give a lease back. `moving`: its request goes straight back to the queue (its replica failed
 -- it), so its key's cap has not really opened and its other waiting tickets gain no rank.
 local function free(handle, moving)
-  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b', 'r')
+  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b', 'r', 'a', 'est')
   redis.call('ZREM', NS .. 'lx', handle)
   if not l[1] then return false end
   redis.call('DEL', NS .. 'l:' .. handle)
+  -- It never ran: its estimate comes back (the grant on another replica charges it again).
+  if moving and l[6] then charge(l[6], -num(l[7])) end
   local was_capped = not key_open(l[1])
   hincr('kin', l[1], -1); hincr('pin', l[2], -1); hincr('gin', l[3], -1)
   if l[5] then hincr('rin', l[5], -1) end
@@ -395,7 +421,7 @@ local function grant(member, group)
   local replica = choose_replica(group, t[7] or '', t[8] or '')
   -- Borrowed: granted beyond the key's or the pool's cap, out of otherwise idle slots.
   local borrowed = ((not key_open(key)) or (not pool_open(pool))) and 1 or 0
-  take(handle, key, pool, group, replica, borrowed, enq, expiry)
+  take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10])
   if handle ~= QUIET then
     redis.call('PUBLISH', t[6],
       handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed .. '|' .. replica)

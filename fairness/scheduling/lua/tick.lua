@@ -1,5 +1,6 @@
 -- tick.lua: one process's periodic upkeep, in one call: renew its leases, heartbeat its waiting
--- tickets, reap the dead, and pump every group with a queue (covers lost pub/sub messages).
+-- tickets, reap the dead, score waiting associations again (at most once a second), and pump
+-- every group with a queue (covers lost pub/sub messages).
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
 -- ARGV[5]  n, the number of lease handles that follow
 -- ARGV[6 .. 5+n]  lease handles to renew;  ARGV[6+n ..]  handles of this process's waiting tickets
@@ -17,6 +18,7 @@ for i = 6, 5 + n do
     lost[#lost + 1] = ARGV[i]
   end
 end
+rescore_waiting(1)
 for _, group in ipairs(redis.call('HKEYS', NS .. 'gq')) do DIRTY[group] = true end
 pump_dirty()
 local news = {}
