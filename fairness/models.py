@@ -48,6 +48,26 @@ class Tier(models.Model):
         "ranks as if it had waited up to this much less than one of an account that has used "
         "nothing. 0 turns fair share off for this tier.",
     )
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Models its keys may use; empty for every model."
+    )
+    key_requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Requests a minute one key may start; empty for no limit.",
+    )
+    key_tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Weighted tokens a minute one key may use (counted at max_tokens when it starts); "
+        "empty for no limit.",
+    )
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Requests a minute all its keys together may start; empty for no limit.",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Weighted tokens a minute all its keys together may use; empty for no limit.",
+    )
     isolate_prefix_cache = models.BooleanField(
         default=False,
         help_text="Cached prompt prefixes are reused only within one user's requests (vLLM's "
@@ -118,6 +138,10 @@ class Account(models.Model):
         help_text="Its part of the parent's share, relative to its siblings' shares.",
     )
     description = models.CharField(max_length=200, blank=True)
+    allowed_models = models.JSONField(
+        default=list, blank=True,
+        help_text="Models its members' keys may use (and those of accounts under it); empty for every model.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -158,6 +182,63 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.account}"
+
+
+class Budget(models.Model):
+    """A token allowance per period on an account (its whole subtree), one member's association
+    with an account, or one key. Counts weighted tokens, as fair share does. A budget with `until`
+    is a temporary one (a raise before a deadline): until then it replaces the standing budget of
+    the same holder and period."""
+
+    class Period(models.TextChoices):
+        DAY = "day", "day"
+        WEEK = "week", "week"
+        MONTH = "month", "month"
+        ROLLING = "rolling", "rolling window"
+
+    account = models.ForeignKey(Account, models.CASCADE, null=True, blank=True, related_name="budgets")
+    membership = models.ForeignKey(Membership, models.CASCADE, null=True, blank=True, related_name="budgets")
+    key = models.ForeignKey("ApiKey", models.CASCADE, null=True, blank=True, related_name="budgets")
+    tokens = models.PositiveBigIntegerField(validators=[MinValueValidator(1)], help_text="Weighted tokens.")
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
+    window_hours = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="The rolling window's length; only for a rolling budget.",
+    )
+    until = models.DateTimeField(null=True, blank=True, help_text="A temporary budget ends then.")
+    created_at = models.DateTimeField(default=timezone.now)
+    # The period (its start, ISO) whose 80% notice has gone out: one notice per period.
+    noticed_period = models.CharField(max_length=40, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(account__isnull=False, membership=None, key=None)
+                    | models.Q(account=None, membership__isnull=False, key=None)
+                    | models.Q(account=None, membership=None, key__isnull=False)
+                ),
+                name="budget_has_one_holder",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.holder_name}: {self.tokens:,} per {self.get_period_display()}"
+
+    @property
+    def holder_name(self) -> str:
+        if self.account is not None:
+            return f"account {self.account}"
+        if self.membership is not None:
+            return f"{self.membership.user} in {self.membership.account}"
+        return f"key {self.key.prefix}…" if self.key is not None else "nobody"
+
+    def clean(self) -> None:
+        if self.period == self.Period.ROLLING and not self.window_hours:
+            raise ValidationError({"window_hours": "A rolling budget needs the window's length."})
+        if self.period != self.Period.ROLLING and self.window_hours:
+            raise ValidationError({"window_hours": "Only a rolling budget has a window length."})
 
 
 class FairShareUsage(models.Model):
@@ -282,6 +363,7 @@ class UsageRecord(models.Model):
     queued_ms = models.PositiveIntegerField(default=0)
     ttft_ms = models.PositiveIntegerField(null=True)
     latency_ms = models.PositiveIntegerField(default=0)
+    tier = models.CharField(max_length=40, blank=True, help_text="The key's tier when it ran.")
     created_at = models.DateTimeField(db_index=True)
 
     class Meta:

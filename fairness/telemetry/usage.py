@@ -98,6 +98,7 @@ def _row(event: UsageEvent) -> UsageRecord:
         queued_ms=event["queued_ms"],
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
+        tier=event.get("tier", "")[:40],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
 
