@@ -1,6 +1,7 @@
 """Settings come from the environment; every default runs a fresh checkout."""
 
 import os
+import zoneinfo
 from pathlib import Path
 
 import dj_database_url
@@ -147,7 +148,12 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The portal's time zone: budgets' days, weeks and months begin at its midnight.
+TIME_ZONE = envstr("TIME_ZONE", "UTC")
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(f"TIME_ZONE: unknown time zone {TIME_ZONE!r} (e.g. Europe/Berlin)") from None
 USE_I18N = False
 USE_TZ = True
 

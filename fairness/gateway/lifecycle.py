@@ -14,13 +14,13 @@ from typing import Any
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import accounting
+from fairness.gateway import accounting, budget_rules
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
 from fairness.scheduling import fair_share
-from fairness.scheduling.admission import Demand, Grant, QueueFull, QueueTimeout
+from fairness.scheduling.admission import BudgetExceeded, Demand, Grant, QueueFull, QueueTimeout, RateLimited
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_lane import Command, first_error
 
@@ -58,6 +58,8 @@ def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = (), estima
         share=key.share,
         fairshare_weight=tier.fairshare_weight_seconds,
         estimate=estimate,
+        budgets=budget_rules.windows(key.budget_rules, time.time()) if key.budget_rules else (),
+        rate_limits=key.rate_limits,
     )
 
 
@@ -100,6 +102,12 @@ class RequestLifecycle:
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
+        except BudgetExceeded as exc:
+            self.refusal = "budget_exceeded"
+            raise ApiError(429, exc.message, "budget_exceeded", retry_after=exc.retry_after) from None
+        except RateLimited as exc:
+            self.refusal = "rate_limited"
+            raise ApiError(429, exc.message, "rate_limited", retry_after=exc.retry_after) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
         return self.grant
 
@@ -153,11 +161,9 @@ class RequestLifecycle:
         else:
             outbox.pushed(self.event, opened)
 
-    def _unsettled(self) -> tuple[str, float] | None:
-        """What the failed release did not charge: the real count less the grant's estimate."""
-        if self.grant is None:
-            return None
-        return self.grant.demand.association, self._charge() - self.grant.demand.estimate
+    def _unsettled(self) -> tuple[Demand, float] | None:
+        """What the failed release did not charge: the demand and its real weighted count."""
+        return None if self.grant is None else (self.grant.demand, self._charge())
 
     def _charge(self) -> float:
         """The weighted tokens this request charges its association (fair share)."""

@@ -45,7 +45,7 @@ from django.conf import settings
 
 from fairness.gateway import accounting
 from fairness.gateway.accounting import UsageEvent
-from fairness.scheduling.admission import Admission
+from fairness.scheduling.admission import Admission, Demand
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
@@ -59,7 +59,7 @@ class _Kept(NamedTuple):
     event: UsageEvent
     admitted: bool
     refusal: str | None
-    charge: tuple[str, float] | None = None  # (association, weighted tokens) its release did not charge
+    charge: tuple[Demand, float] | None = None  # (demand, weighted tokens used) its release did not settle
 
 
 # (when Redis took it, lane.connections_opened of the connection that carried it, the event)
@@ -105,7 +105,7 @@ class UsageOutbox:
         self._wake()
 
     def keep(self, event: UsageEvent, *, admitted: bool, refusal: str | None,
-             charge: tuple[str, float] | None = None) -> None:
+             charge: tuple[Demand, float] | None = None) -> None:
         """Redis could not take `event` (nor its fair-share `charge`): keep it and retry."""
         self._pending.append(_Kept(event, admitted, refusal, charge))
         self._bound()
@@ -211,8 +211,8 @@ class UsageOutbox:
                 else ("HDEL", keyspace.USAGE_OUTBOX_WAITING, self._process)
             )  # fmt: skip
             charges = [
-                self._admission.charge_command(*kept.charge)
-                for kept in chunk if kept.charge and kept.charge[0] and self._admission
+                self._admission.settle_command(*kept.charge)
+                for kept in chunk if kept.charge and self._admission
             ]  # fmt: skip
             try:
                 opened = await self._push(

@@ -1,18 +1,19 @@
-"""Any change to keys, tiers, replicas, accounts or a user's activation bumps the config epoch (see
-store/config_epoch.py)."""
+"""Any change to keys, tiers, replicas, accounts, budgets or a user's activation bumps the config
+epoch (see store/config_epoch.py)."""
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
-from fairness.models import Account, ApiKey, Membership, Replica, Tier
+from fairness.models import Account, ApiKey, Budget, Membership, Replica, Tier
 from fairness.store.config_epoch import bump_epoch
 
 
 @receiver([post_save, post_delete], sender=ApiKey)
 @receiver([post_save, post_delete], sender=Account)  # a share changes keys' normalised shares
 @receiver([post_save, post_delete], sender=Membership)
+@receiver([post_save, post_delete], sender=Budget)
 @receiver([post_save, post_delete], sender=Tier)
 @receiver([post_save, post_delete], sender=Replica)
 def config_changed(sender, **kwargs) -> None:

@@ -39,6 +39,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import NoScriptError, RedisError
 
 from fairness.scheduling import fair_share
+from fairness.scheduling.limits import BudgetWindow, RateLimit, budget_spec, rate_spec
 from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command, RedisLane, first_error
@@ -89,8 +90,10 @@ class Demand:
     share: float = 0.0
     fairshare_weight: float = 0.0
     # Weighted tokens charged to the association when granted (running work counts from its
-    # start); the release charges the difference to the real count.
+    # start) and reserved in its budgets; the release settles the real count.
     estimate: float = 0.0
+    budgets: tuple[BudgetWindow, ...] = ()
+    rate_limits: tuple[RateLimit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Grant:
     borrowed: bool  # taken beyond a cap, out of otherwise idle slots
     replica: str  # the replica whose slot the lease holds: the request goes there
     enqueued_at: float  # its place in line, kept when it moves to another replica
+    budget_left: float | None = None  # the least any of its budgets had left once it was admitted
 
 
 class AdmissionRefused(Exception):
@@ -115,6 +119,22 @@ class AdmissionRefused(Exception):
 class QueueFull(AdmissionRefused):
     """The key already has ``max_queued_per_key`` requests waiting. ``retry_after``: when its
     oldest waiting request must have left the queue (granted or timed out), at most 30 s."""
+
+
+class BudgetExceeded(AdmissionRefused):
+    """One of the demand's budgets is used up (``window``); ``retry_after``: until it resets."""
+
+    def __init__(self, message: str, retry_after: int, window: BudgetWindow) -> None:
+        super().__init__(message, retry_after)
+        self.window = window
+
+
+class RateLimited(AdmissionRefused):
+    """One of the demand's rate limits (``limit``) refuses it; ``retry_after``: when it would pass."""
+
+    def __init__(self, message: str, retry_after: int, limit: RateLimit) -> None:
+        super().__init__(message, retry_after)
+        self.limit = limit
 
 
 class QueueTimeout(AdmissionRefused):
@@ -134,6 +154,27 @@ _GONE = _Turn(False, False, 0.0, "")
 
 def _turn(borrowed: Any, queued: Any, replica: Any) -> _Turn:
     return _Turn(True, int(borrowed) == 1, float(text(queued)), text(replica))
+
+
+def _budget_left(reply: list[Any], state: int, before: float | None) -> float | None:
+    """An acquire reply's budget left ('' for no budget; absent from the replies to a repeated
+    call); a moved request keeps what it learnt first."""
+    at = {1: 4, 0: 3}.get(state)
+    left = text(reply[at]) if at is not None and len(reply) > at else ""
+    return float(left) if left else before
+
+
+def _limit_refusal(demand: Demand, reply: list[Any], now: float) -> AdmissionRefused:
+    index = int(reply[1]) - 1
+    if int(reply[0]) == -3:
+        window = demand.budgets[index]
+        retry = max(1, math.ceil(window.resets_at - now))
+        return BudgetExceeded(window.words or "This key's token budget is used up.", retry, window)
+    limit = demand.rate_limits[index]
+    retry = max(1, math.ceil(float(text(reply[2]))))
+    return RateLimited(
+        f"Rate limit reached: {limit.words or limit.name}. Retry after {retry} s.", retry, limit
+    )
 
 
 def _check(demand: Demand) -> None:
@@ -259,6 +300,7 @@ class Admission:
         preference = ",".join(demand.preference)
         stated = False  # whether the group's capacity was stated again during this call
         in_redis = False
+        budget_left: float | None = None
         try:
             while True:
                 future = asyncio.get_running_loop().create_future()
@@ -271,7 +313,8 @@ class Admission:
                     deadline, self._channel, preference, demand.avoid, int(moving),
                     int(self._on_unknown_group is not None and not stated),
                     demand.association, repr(float(demand.share)), demand.fairshare_weight,
-                    self._half_life, demand.estimate,
+                    self._half_life, demand.estimate, budget_spec(demand.budgets, self._clock()),
+                    rate_spec(demand.rate_limits),
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -279,7 +322,11 @@ class Admission:
                     await self._on_unknown_group()
                     stated = True
                     continue
+                if state in (-3, -4):
+                    in_redis = False
+                    raise _limit_refusal(demand, reply, self._clock())
                 moving = False  # the old lease is given back: a call again must not repeat it
+                budget_left = _budget_left(reply, state, budget_left)
                 if state == 1:
                     turn = _turn(reply[1], reply[2], reply[3])
                     break
@@ -317,7 +364,7 @@ class Admission:
                     logger.warning("admission: could not withdraw ticket %s", handle, exc_info=True)
             raise
         self._forget(handle)
-        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at)
+        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left)
         self._held[handle] = grant
         self._wake_keeper()
         return grant
@@ -337,13 +384,23 @@ class Admission:
         self._held.pop(grant.lease_id, None)
         self._stop_keeper_if_idle()
         demand = grant.demand
-        release = self._eval("release", grant.lease_id, demand.association, charge, demand.estimate)
+        release = self._eval(
+            "release", grant.lease_id, demand.association, charge, demand.estimate,
+            budget_spec(demand.budgets, self._clock()), rate_spec(demand.rate_limits),
+        )  # fmt: skip
         await self._shielded(self._send(release, *also))
 
     def charge_command(self, association: str, amount: float) -> Command:
-        """A charge on its own (negative: a refund), for usage whose release round trip failed
-        (send it with `send`)."""
-        return self._eval("release", "", association, amount, 0)
+        """A fair-share charge on its own (negative: a refund); send it with `send`."""
+        return self._eval("release", "", association, amount, 0, "", "")
+
+    def settle_command(self, demand: Demand, used: float) -> Command:
+        """What a release that failed did not charge: `used` weighted tokens, to the demand's
+        association (less the estimate its grant charged) and budgets. Send it with `send`."""
+        return self._eval(
+            "release", "", demand.association, used, demand.estimate,
+            budget_spec(demand.budgets, self._clock()), "",
+        )  # fmt: skip
 
     async def send(self, *commands: Command) -> list[Any]:
         """One round trip of these commands; scripts Redis has forgotten are loaded again."""

@@ -11,9 +11,15 @@
 -- ARGV[21] association charged ("" = none)   ARGV[22] its normalised share S
 -- ARGV[23] the tier's fair-share weight (s)   ARGV[24] usage half-life (s)
 -- ARGV[25] the request's estimated weighted tokens, charged to the association when granted
--- Returns  {1, borrowed 0/1, queued_seconds, replica}  granted now (no message is published)
---          {0, member, hold}                   queued; the grant comes by pub/sub. hold: until when
+-- ARGV[26] budgets "field~ttl~limit,..." (lib.lua): refused when one is used up, else the
+--          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
+-- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left}  granted now (no message is
+--                                              published); budget left: the least any of its
+--                                              budgets has left after its reservation, or ''
+--          {0, member, hold, budget left}      queued; the grant comes by pub/sub. hold: until when
 --                                              the group grants nothing (a restart), else 0
+--          {-3, index}                         its index-th budget is used up
+--          {-4, index, seconds}                its index-th rate limit refuses it for that long
 --          {-1, retry_after_seconds}           the key already has max queued tickets
 --          {-2}                                the group's capacity is unknown: state it, call again
 local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
@@ -46,6 +52,25 @@ if leased[1] then
   return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
 end
 
+-- Rate limits and budgets, for a new request (a moved one was admitted already): checked now,
+-- applied once it is sure to be granted or queued.
+local budgets, estimate, moving = ARGV[26], num(ARGV[25]), ARGV[19] == '1'
+local apply_rates = nil
+if not moving then
+  local refused, wait_or_apply = check_rates(ARGV[27], estimate)
+  if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
+  apply_rates = wait_or_apply
+  local over = over_budget(budgets)
+  if over then return {-3, over} end
+else
+  budgets = ''  -- its reservation stands from its first admission; the release settles it
+end
+local function admit_limits()
+  if apply_rates then apply_rates() end
+  if budgets ~= '' then reserve_budgets(budgets, estimate, 1) end
+  return budget_remaining(ARGV[26] ~= '' and not moving and ARGV[26] or '')
+end
+
 -- Fast path. After pumping, an eligible ticket waits only when the group is full, so an empty
 -- l3 with a free slot means nobody is ahead of this demand.
 local free = free_slots(group)
@@ -57,9 +82,10 @@ if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
     borrowed = 1
   end
   if borrowed then
+    local left = admit_limits()
     local replica = choose_replica(group, pref, avoid)
-    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25])
-    return {1, borrowed, string.format('%.6f', NOW - enq), replica}
+    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25], budgets)
+    return {1, borrowed, string.format('%.6f', NOW - enq), replica, left}
   end
 end
 
@@ -76,9 +102,10 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
   return {-1, math.max(1, math.ceil((soonest or NOW) - NOW))}
 end
 
+local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid, ARGV[21], ARGV[23], ARGV[25])
+  avoid, ARGV[21], ARGV[23], ARGV[25], budgets)
 pump_dirty()
 local g = GRANTED[handle]
-if g then return {1, g[1], string.format('%.6f', g[2]), g[3]} end
-return {0, member, redis.call('HGET', NS .. 'hold', group) or '0'}
+if g then return {1, g[1], string.format('%.6f', g[2]), g[3], left} end
+return {0, member, redis.call('HGET', NS .. 'hold', group) or '0', left}

@@ -7,7 +7,7 @@
 --          {-1}                            neither ticket nor lease exists
 local handle = ARGV[5]
 reap()
-if dequeue(handle) then
+if withdraw(handle) then
   pump_dirty()
   return {0}
 end
@@ -20,6 +20,8 @@ if ARGV[6] == '1' then
   pump_dirty()
   return {1, tonumber(l[1]), string.format('%.6f', num(l[3]) - num(l[2])), l[4]}
 end
+local reserved = redis.call('HMGET', NS .. 'l:' .. handle, 'bres', 'best')
 free(handle)
+if reserved[1] then reserve_budgets(reserved[1], num(reserved[2]), -1) end  -- it never ran
 pump_dirty()
 return {2}

@@ -244,6 +244,104 @@ local function state_fair_share(assoc, share, half_life_seconds)
   end
 end
 
+-- Budgets and rate limits (limits.py builds their arguments). A budget is a window counter:
+-- bu:<field> its settled weighted tokens, br:<field> what admitted requests have reserved
+-- (their estimate). field is "<budget>|<window start>" for a calendar period, or
+-- "<budget>|r<bucket seconds>" for a rolling window of 24 buckets (bu:<field>|<bucket number>).
+-- A rate limit is GCRA over rl:<name>, its theoretical arrival time.
+local function budget_used(field)
+  local bucket = tonumber(string.match(field, '|r(%d+)$'))
+  if not bucket then return num(redis.call('GET', NS .. 'bu:' .. field)) end
+  local now_bucket, used = math.floor(NOW / bucket), 0
+  for i = 0, 23 do used = used + num(redis.call('GET', NS .. 'bu:' .. field .. '|' .. (now_bucket - i))) end
+  return used
+end
+
+local function add_float(key, amount, ttl)
+  local value = math.max(0, num(redis.call('GET', key)) + amount)
+  redis.call('SET', key, string.format('%.17g', value), 'EX', math.max(1, math.ceil(ttl)))
+end
+
+-- `spec`: "field~ttl~limit,..." (ttl: seconds the counters must outlive their window).
+local function each_budget(spec, fn)
+  for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do fn(field, tonumber(ttl)) end
+end
+
+-- The index (1-based) of the first budget this request would start over, or nil.
+local function over_budget(spec)
+  local i, over = 0, nil
+  for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
+    i = i + 1
+    if not over and budget_used(field) + num(redis.call('GET', NS .. 'br:' .. field)) >= tonumber(limit) then
+      over = i
+    end
+  end
+  return over
+end
+
+local function reserve_budgets(spec, amount, sign)
+  each_budget(spec, function(field, ttl) add_float(NS .. 'br:' .. field, sign * amount, ttl) end)
+end
+
+-- What the request really used goes to its windows; its reservation comes back.
+local function settle_budgets(spec, used, reserved)
+  each_budget(spec, function(field, ttl)
+    local bucket = tonumber(string.match(field, '|r(%d+)$'))
+    local counter = NS .. 'bu:' .. field
+    if bucket then counter = counter .. '|' .. math.floor(NOW / bucket) end
+    if used > 0 then add_float(counter, used, ttl) end
+    add_float(NS .. 'br:' .. field, -reserved, ttl)
+  end)
+end
+
+-- The lowest remaining amount over the budgets after this request's reservation, or ''.
+local function budget_remaining(spec)
+  local low = nil
+  for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
+    local left = tonumber(limit) - budget_used(field) - num(redis.call('GET', NS .. 'br:' .. field))
+    if not low or left < low then low = left end
+  end
+  return low and string.format('%.0f', math.max(0, low)) or ''
+end
+
+-- GCRA. `spec`: "name~per_minute~tokens,..." (tokens 1: counts weighted tokens, else requests).
+-- Requests may come in bursts of a twentieth of the per-minute rate (three seconds' worth), so
+-- a rate holds closely over minutes; tokens in bursts of a minute's worth (one long answer fits).
+-- Returns nil and the apply function, or the index refused and seconds until it would pass.
+local function check_rates(spec, estimate)
+  local updates, i = {}, 0
+  for name, per_minute, tokens in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
+    i = i + 1
+    local rate = tonumber(per_minute)
+    local period = 60 / rate
+    local amount = tokens == '1' and math.max(0, estimate) or 1
+    local burst = tokens == '1' and math.max(rate, amount) or math.max(1, math.ceil(rate / 20))
+    local tat = math.max(num(redis.call('GET', NS .. 'rl:' .. name)), NOW)
+    local new_tat = tat + amount * period
+    local excess = new_tat - NOW - burst * period
+    if excess > 1e-9 then return i, excess end
+    updates[#updates + 1] = {name, new_tat}
+  end
+  return nil, function()
+    for _, u in ipairs(updates) do
+      redis.call('SET', NS .. 'rl:' .. u[1], string.format('%.6f', u[2]), 'EX',
+        math.max(1, math.ceil(u[2] - NOW + 60)))
+    end
+  end
+end
+
+-- A tokens-per-minute limiter counted the estimate; the real count replaces it.
+local function settle_rates(spec, used, estimate)
+  for name, per_minute, tokens in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
+    local key = NS .. 'rl:' .. name
+    local tat = tonumber(redis.call('GET', key))
+    if tokens == '1' and tat then
+      local settled = math.max(NOW, tat + (used - estimate) * 60 / tonumber(per_minute))
+      redis.call('SET', key, string.format('%.6f', settled), 'EX', math.max(1, math.ceil(settled - NOW + 60)))
+    end
+  end
+end
+
 -- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`. `rescored`: the
 -- same member may now carry a different score.
 local function set_entry(zkey, slot, member, score, group, rescored)
@@ -326,12 +424,12 @@ local function refresh_pool(pool)
 end
 
 local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid,
-                       assoc, weight, estimate)
+                       assoc, weight, estimate, budgets)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
     'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
-    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight, 'est', estimate)
+    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight, 'est', estimate, 'bres', budgets or '')
   if assoc ~= '' then
     redis.call('SADD', NS .. 'ak:' .. assoc, key)
     redis.call('SADD', NS .. 'fa', assoc)
@@ -347,11 +445,11 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
 end
 
 -- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc,
--- estimate} or nil.
+-- estimate, budgets} or nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. 'tx', handle)
   local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan',
-    'pref', 'avoid', 'a', 'est')
+    'pref', 'avoid', 'a', 'est', 'bres')
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -373,9 +471,12 @@ local function dequeue(handle)
   return t
 end
 
-local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate)
+local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate, budgets)
   redis.call('HSET', NS .. 'l:' .. handle, 'key', key, 'pool', pool, 'group', group,
     'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW)
+  if budgets and budgets ~= '' then
+    redis.call('HSET', NS .. 'l:' .. handle, 'bres', budgets, 'best', estimate)
+  end
   if assoc and assoc ~= '' and num(estimate) > 0 then
     redis.call('HSET', NS .. 'l:' .. handle, 'a', assoc, 'est', estimate)
     charge(assoc, num(estimate))
@@ -421,7 +522,7 @@ local function grant(member, group)
   local replica = choose_replica(group, t[7] or '', t[8] or '')
   -- Borrowed: granted beyond the key's or the pool's cap, out of otherwise idle slots.
   local borrowed = ((not key_open(key)) or (not pool_open(pool))) and 1 or 0
-  take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10])
+  take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10], t[11])
   if handle ~= QUIET then
     redis.call('PUBLISH', t[6],
       handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed .. '|' .. replica)
@@ -453,13 +554,23 @@ local function pump_dirty()
   end
 end
 
+-- A ticket leaves without being granted (given up, timed out, expired): its budget reservation
+-- comes back. (A moved request's ticket reserved nothing: its first grant's release settles.)
+local function withdraw(handle)
+  local t = dequeue(handle)
+  if t and t[11] and t[11] ~= '' then reserve_budgets(t[11], num(t[10]), -1) end
+  return t
+end
+
 -- Leases and tickets whose holder stopped renewing (a dead process) are dropped lazily, at the
 -- start of every call; waiting tickets call in every few seconds, so someone always does this.
+-- A dead holder's lease gives its budget reservation back: nobody will settle it.
 local function reap()
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. 'lx', '-inf', NOW, 'LIMIT', 0, 100)) do
-    free(h)
+    local l = redis.call('HMGET', NS .. 'l:' .. h, 'bres', 'best')
+    if free(h) and l[1] then reserve_budgets(l[1], num(l[2]), -1) end
   end
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. 'tx', '-inf', NOW, 'LIMIT', 0, 100)) do
-    dequeue(h)
+    withdraw(h)
   end
 end
