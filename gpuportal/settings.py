@@ -204,6 +204,7 @@ CELERY_BEAT_SCHEDULE = {
     "poll-engines": {"task": "fairness.poll_engines", "schedule": envfloat("GP_POLL_SECONDS", 2.0)},
     "compact-samples": {"task": "fairness.compact_samples", "schedule": 300.0},
     "prune-usage": {"task": "fairness.prune_usage", "schedule": 3600.0},
+    "check-budgets": {"task": "fairness.check_budgets", "schedule": envfloat("GP_BUDGET_CHECK_SECONDS", 30.0)},
     "save-fair-share-usage": {
         "task": "fairness.save_fair_share_usage",
         "schedule": envfloat("GP_FAIRSHARE_SAVE_SECONDS", 60.0),

@@ -147,6 +147,13 @@ async def notify(model: str, transition: Transition, current: dict[str, Any] | N
 
 
 async def _deliver(message: str, payload: dict) -> None:
+    await deliver_webhook(payload)
+    if settings.ADMINS:
+        await sync_to_async(mail_admins)(message, message, fail_silently=True)
+
+
+async def deliver_webhook(payload: dict) -> None:
+    """POST `payload` to GP_ALERT_WEBHOOK_URL, if set; a failure is logged, never raised."""
     if settings.GP_ALERT_WEBHOOK_URL:
         try:
             await engine_client.post_json(settings.GP_ALERT_WEBHOOK_URL, payload, timeout=5.0)
@@ -157,8 +164,6 @@ async def _deliver(message: str, payload: dict) -> None:
             failure = (f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
                        else type(exc).__name__)
             log.warning("alert webhook to %s failed: %s", host, failure)
-    if settings.ADMINS:
-        await sync_to_async(mail_admins)(message, message, fail_silently=True)
 
 
 # -- dropped usage events -------------------------------------------------------------------------

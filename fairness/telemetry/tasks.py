@@ -11,7 +11,7 @@ from django.utils import timezone
 from fairness.gateway import engine_client
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
-from fairness.telemetry import alerts, capacity_store, fair_share_usage, polling, usage, usage_rollup
+from fairness.telemetry import alerts, budget_status, capacity_store, fair_share_usage, polling, usage, usage_rollup
 
 
 @shared_task(name="fairness.flush_usage")
@@ -73,5 +73,20 @@ def save_fair_share_usage() -> int:
             return (await fair_share_usage.restore_and_save())[1]
         finally:
             await redis_async().aclose()
+
+    return asyncio.run(run())
+
+
+@shared_task(name="fairness.check_budgets", expires=30)
+def check_budgets() -> int:
+    """Budget counters back from the usage records if Redis lost them; the 80% notices."""
+    budget_status.restore_if_lost()
+
+    async def run() -> int:
+        try:
+            return await budget_status.send_notices()
+        finally:
+            await redis_async().aclose()
+            await engine_client.aclose()
 
     return asyncio.run(run())
