@@ -69,6 +69,8 @@ def test_the_soft_limit_notice_goes_out_once_a_window(redis_url, cast, nlp, mail
     assert set(mail.to) == {"alice@lab.example", "bob@lab.example", staff.email}
     assert "account nlp has used 83%" in mail.subject
     assert "carol" not in " ".join(mail.to)
+    budget.refresh_from_db()
+    assert budget.noticed_period
 
 
 def test_a_live_raise_replaces_the_standing_budget_until_its_date(cast, nlp):
