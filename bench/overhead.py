@@ -6,6 +6,8 @@ proxy (per-key max_parallel_requests, Redis), all against one enginesim in --ins
 Systems, measured in turn (rotated every round, so the box's other work hits all alike):
   direct        straight to the engine
   gateway×1     our gateway, one uvicorn worker process
+  limits×1      the same worker, with keys held to a budget, rate limits (per key and per tier,
+                requests and tokens) and a model list, all set far above what the run uses
   gateway×2     two gateway processes (each worker spreads its requests over both)
   litellm×1     LiteLLM's proxy (bench/overhead_litellm.py), one worker
 Phases: non-streaming chats (16 tokens) at concurrency 1, 16, 64; streamed chats of 256 chunks at
@@ -44,6 +46,8 @@ from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
 PATH = "/v1/chat/completions"
 MODEL, TIMED_MODEL = "sim", "timed"
 BENCH_KEYS = ("bench0", "bench1", "bench2", "bench3")
+LIMITED_KEYS = ("limited0", "limited1", "limited2", "limited3")
+NEVER = 2_000_000_000  # a limit the run never reaches
 CAPPED_KEY = "capped"
 HIGH_CAP, LOW_CAP = 128, 4
 LITELLM_REDIS_DB = 9  # LiteLLM's limiter shares our private redis-server in a database of its own
@@ -51,6 +55,11 @@ TIERS = {
     "bench": {"per_key_concurrency": HIGH_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
               "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
               "borrow_idle_slots": False},
+    "limited": {"per_key_concurrency": HIGH_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
+                "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
+                "borrow_idle_slots": False, "key_requests_per_minute": NEVER, "key_tokens_per_minute": NEVER,
+                "requests_per_minute": NEVER, "tokens_per_minute": NEVER,
+                "allowed_models": [MODEL, TIMED_MODEL]},
     "capped": {"per_key_concurrency": LOW_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
                "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
                "borrow_idle_slots": False},
@@ -260,7 +269,8 @@ def _sleep_until(t: float) -> None:
 
 @contextlib.contextmanager
 def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
-    members = {name: "bench" for name in BENCH_KEYS} | {CAPPED_KEY: "capped"}
+    members = {name: "bench" for name in BENCH_KEYS} | {name: "limited" for name in LIMITED_KEYS} | {
+        CAPPED_KEY: "capped"}
     with contextlib.ExitStack() as stack:
         p: Portal = stack.enter_context(portal(
             members=members, tiers=TIERS, model=MODEL, gateways=2,
@@ -273,9 +283,16 @@ def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
 
         Replica.objects.create(name="timed-0", base_url=timed.url, model=TIMED_MODEL,
                                max_num_seqs=64)  # bumps the config epoch: gateways reload
+        from fairness.models import ApiKey, Budget
+
+        for name in LIMITED_KEYS:  # a budget per key and one on its account: two windows each
+            key = ApiKey.objects.select_related("membership").get(pk=p.members[name].key_id)
+            Budget.objects.create(key=key, tokens=10**15, period=Budget.Period.MONTH)
+            Budget.objects.create(account_id=key.membership.account_id, tokens=10**15, period=Budget.Period.DAY)
         redis_host, redis_port = p.redis_url.split("//", 1)[1].split("/", 1)[0].split(":")
         secrets = {m.username: m.secret for m in p.members.values()}
         bench_secrets = tuple(secrets[k] for k in BENCH_KEYS)
+        limited_secrets = tuple(secrets[k] for k in LIMITED_KEYS)
         keys = {secrets[k]: HIGH_CAP for k in BENCH_KEYS} | {secrets[CAPPED_KEY]: LOW_CAP}
         print("starting LiteLLM's proxy ...", flush=True)
         ll = stack.enter_context(overhead_litellm.LiteLLMProxy(
@@ -289,6 +306,7 @@ def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
         systems = [
             System("direct", "direct", (engine.url,), (), (engine.pid,), 1),
             System("gateway×1", "ours", (str(g0.url),), bench_secrets, (g0.process.pid,), 1),
+            System("limits×1", "ours", (str(g0.url),), limited_secrets, (g0.process.pid,), 1),
             System("gateway×2", "ours", (str(g0.url), str(g1.url)), bench_secrets,
                    (g0.process.pid, g1.process.pid), 2),
             System("litellm×1", "litellm", (ll.url,), bench_secrets, (ll.pid,), 1),

@@ -152,8 +152,13 @@ def _get(results: dict[str, Any], section: str, c: int, system: str) -> dict[str
     return results.get(section, {}).get(str(c), {}).get(system, {})
 
 
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
 def targets(results: dict[str, Any]) -> list[Target]:
     ours1 = _get(results, "non_streaming", 1, "gateway×1")
+    limits1 = _get(results, "non_streaming", 1, "limits×1")
     direct1 = _get(results, "non_streaming", 1, "direct")
     base = (f"direct p50 {fmt(direct1.get('latency_ms', {}).get('p50'))} ms, "
             f"p99 {fmt(direct1.get('latency_ms', {}).get('p99'))} ms")
@@ -169,6 +174,9 @@ def targets(results: dict[str, Any]) -> list[Target]:
                " ms", base),
         target("added latency p99, c=1 (gateway×1 − direct)", ours1.get("added_p99_ms"), "<=", 6.0,
                " ms", base),
+        target("budget + rate limits + model list: added latency p50, c=1 (limits×1 − gateway×1)",
+               _difference(limits1.get("latency_ms", {}).get("p50"), ours1.get("latency_ms", {}).get("p50")),
+               "<=", 0.1, " ms", f"gateway×1 p50 {fmt(ours1.get('latency_ms', {}).get('p50'))} ms"),
         target("req/s per worker at c=64: gateway×1 / litellm×1",
                ratio(ours64.get("rps_per_worker"), ll64.get("rps_per_worker")), ">=", 5.0, "×",
                f"{fmt(ours64.get('rps_per_worker'))} vs {fmt(ll64.get('rps_per_worker'))} req/s; "
