@@ -12,6 +12,27 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+model_name_validator = RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")
+MAX_ALLOWED_MODELS = 50
+
+
+def check_allowed_models(names: object) -> list[str]:
+    """A tier's or an account's `allowed_models`: a list of at most MAX_ALLOWED_MODELS model
+    names, each as a replica's model is named. Returns them each once, in the order given;
+    raises ValidationError on `allowed_models`."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValidationError({"allowed_models": "A list of model names."})
+    if len(names) > MAX_ALLOWED_MODELS:
+        raise ValidationError({"allowed_models": f"At most {MAX_ALLOWED_MODELS} models."})
+    for name in names:
+        if not name or len(name) > 200:
+            raise ValidationError({"allowed_models": "A model name is 1 to 200 characters."})
+        try:
+            model_name_validator(name)
+        except ValidationError:
+            raise ValidationError({"allowed_models": f"{name!r}: a model name has no spaces or '|'."}) from None
+    return list(dict.fromkeys(names))
+
 
 class Tier(models.Model):
     """A quota class: how many requests a key may run at once and how it queues."""
@@ -86,6 +107,7 @@ class Tier(models.Model):
             raise ValidationError(
                 {"pool_concurrency": "The pool must allow at least one key's full concurrency."}
             )
+        self.allowed_models = check_allowed_models(self.allowed_models)
 
     def policy_sentence(self) -> str:
         """The tier's policy in plain words, for the pages."""
@@ -151,6 +173,7 @@ class Account(models.Model):
         return self.name
 
     def clean(self) -> None:
+        self.allowed_models = check_allowed_models(self.allowed_models)
         ancestor = self.parent
         while ancestor is not None:
             if ancestor.pk == self.pk:
@@ -316,7 +339,7 @@ class Replica(models.Model):
     )
     model = models.CharField(
         max_length=200,
-        validators=[RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")],
+        validators=[model_name_validator],
         help_text="The served model name clients ask for.",
     )
     engine_kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.VLLM)

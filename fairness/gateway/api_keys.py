@@ -12,9 +12,13 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
+from fairness.gateway import budget_rules
 from fairness.gateway.associations import association_of
+from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
+from fairness.gateway.model_access import EVERY_MODEL, ModelAccess, model_access_of
 from fairness.models import ApiKey, Tier
+from fairness.scheduling.limits import RateLimit
 
 SECRET_PREFIX = "gp-"
 VISIBLE_CHARS = 11  # "gp-" and 8 characters: enough to tell keys apart, useless to an attacker
@@ -66,6 +70,9 @@ class KeyInfo:
     owner_active: bool  # a deactivated user's keys stop with them
     association: str = ""  # whose share its work counts against ("" for none)
     share: float = 0.0  # that association's normalised share S
+    budget_rules: tuple[BudgetRule, ...] = ()
+    rate_limits: tuple[RateLimit, ...] = ()
+    model_access: ModelAccess = EVERY_MODEL  # what its tier and accounts let it use
 
 
 Loader = Callable[[str], Awaitable[KeyInfo | None]]  # secret hash → the key, None if unknown
@@ -93,10 +100,11 @@ def parse_bearer(header: str | None) -> str:
 def _load(secret_hash: str) -> KeyInfo | None:
     # No request cycle closes this thread's connection on the gateway: check it here.
     close_old_connections()
-    key = ApiKey.objects.select_related("tier", "owner").filter(secret_hash=secret_hash).first()
+    key = ApiKey.objects.select_related("tier", "owner", "membership").filter(secret_hash=secret_hash).first()
     if key is None:
         return None
     association, share = association_of(key)
+    membership = int(association) if association else None
     return KeyInfo(
         id=key.pk,
         prefix=key.prefix,
@@ -107,6 +115,9 @@ def _load(secret_hash: str) -> KeyInfo | None:
         owner_active=key.owner.is_active,
         association=association,
         share=share,
+        model_access=model_access_of(key),
+        budget_rules=budget_rules.rules_for(key, membership),
+        rate_limits=budget_rules.rate_limits(key.pk, key.tier),
     )
 
 

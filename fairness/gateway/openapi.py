@@ -23,7 +23,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
     words = {
         400: "Malformed JSON, a missing or mistyped field, or n / best_of above 1",
         401: "A missing, unknown, revoked or expired key (answered before the body is read)",
-        403: "The model is not served to the key's tier",
+        403: "The model is not served to the key's tier (model_not_available_for_tier), or the key's tier or "
+             "account does not allow it (model_not_allowed)",
         404: "Unknown model",
         405: "Wrong method",
         408: "The body did not arrive in time",
@@ -141,7 +142,7 @@ PATHS: dict[str, Any] = {
         "responses": _GENERATION_RESPONSES,
     }},
     "/v1/models": {"get": {
-        "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models served to the key's tier",
+        "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models the key may use",
         "security": _SECURED,
         "responses": {
             "200": {"description": "The models", "content": {"application/json": {"schema": {
@@ -153,7 +154,7 @@ PATHS: dict[str, Any] = {
         },
     }},
     "/v1/models/{model}": {"get": {
-        "tags": [TAG], "operationId": "v1_models_retrieve", "summary": "One model served to the key's tier",
+        "tags": [TAG], "operationId": "v1_models_retrieve", "summary": "One model the key may use",
         "security": _SECURED,
         "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
                         "description": "The model's id; it may hold a slash (org/name)."}],

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 REPLICA_HEADER = "X-GPUPortal-Replica"
 QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
+# The least any budget over the key had left once this request's estimate was reserved.
+BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
 SESSION_HEADER = "x-session-id"
 
 
@@ -62,7 +64,7 @@ async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespon
     data = [
         _model_object(name)
         for name in directory.models()
-        if directory.serving(name, key.tier.name)
+        if directory.serving(name, key.tier.name) and key.model_access.allows(name)
     ]
     return HttpResponse(
         json.dumps({"object": "list", "data": data}), content_type="application/json"
@@ -74,8 +76,8 @@ async def model(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespons
     if request.method != "GET":
         raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
     name = request.path.removeprefix("/v1/models/").rstrip("/")
-    if not request.directory.serving(name, request.key.tier.name):
-        # Also for a model that exists but not for this tier: /v1/models does not list it either.
+    if not request.directory.serving(name, request.key.tier.name) or not request.key.model_access.allows(name):
+        # Also for a model that exists but not for this tier or key: /v1/models does not list it either.
         raise ApiError(404, f"The model '{name}' does not exist.", "model_not_found", param="model")
     return HttpResponse(json.dumps(_model_object(name)), content_type="application/json")
 
@@ -99,6 +101,12 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             403, f"The model '{parsed.model}' is not served to the {key.tier.name} tier.",
             "model_not_available_for_tier", param="model",
         )
+    refused_by = key.model_access.refused_by(parsed.model)
+    if refused_by is not None:
+        raise ApiError(
+            403, f"This key may not use the model '{parsed.model}': {refused_by} restricts its models "
+            "(GET /v1/models lists the ones it may use).", "model_not_allowed", param="model",
+        )
     group = directory.group(parsed.model, key.tier.name)
     if not runtime.has_capacity(group):
         raise ApiError(
@@ -117,6 +125,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             cache_salt=request_parsing.owner_cache_salt(key.owner_id) if key.tier.isolate_prefix_cache else None,
         )
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
+        if lifecycle.grant is not None and lifecycle.grant.budget_left is not None:
+            headers[BUDGET_HEADER] = f"{lifecycle.grant.budget_left:.0f}"
         if response.status_code != 200:
             error = await _engine_error(response, replica)
             await lifecycle.close(error.status)

@@ -45,27 +45,35 @@ def default_membership(user: User) -> Membership:
 
 @transaction.atomic
 def add_account(actor: Actor, name: str, parent: Account | None = None, shares: int = 1,
-                description: str = "") -> Account:
-    """Raises ValidationError for a bad or taken name or shares out of range."""
+                description: str = "", allowed_models: list[str] | None = None) -> Account:
+    """Raises ValidationError for a bad or taken name, shares out of range or a bad model name
+    (`allowed_models` empty or None: every model)."""
     _check_shares(shares)
-    account = Account(name=name, parent=parent, shares=shares, description=description)
+    account = Account(name=name, parent=parent, shares=shares, description=description,
+                      allowed_models=allowed_models or [])
     account.full_clean()
     account.save()
-    audit(actor, "account.add", name, parent=parent.name if parent else None, shares=shares)
+    restricted = {"allowed_models": account.allowed_models} if account.allowed_models else {}
+    audit(actor, "account.add", name, parent=parent.name if parent else None, shares=shares, **restricted)
     return account
 
 
 @transaction.atomic
 def change_account(actor: Actor, account: Account, *, shares: int | None = None,
-                   parent: Account | None = None, move: bool = False) -> Account:
-    """Change its shares and/or (with `move`) its parent (None: to the top). Raises
-    ValidationError for shares out of range or a parent under the account itself."""
+                   parent: Account | None = None, move: bool = False,
+                   allowed_models: list[str] | None = None) -> Account:
+    """Change its shares, (with `move`) its parent (None: to the top) and/or the models it
+    allows (None keeps them, [] allows every model). Raises ValidationError for shares out of
+    range, a parent under the account itself or a bad model name."""
     if shares is not None:
         _check_shares(shares)
     changed: dict[str, object] = {}
     if shares is not None and shares != account.shares:
         changed["shares"] = [account.shares, shares]
         account.shares = shares
+    if allowed_models is not None and allowed_models != account.allowed_models:
+        changed["allowed_models"] = [account.allowed_models, allowed_models]
+        account.allowed_models = allowed_models
     if move and parent != account.parent:
         changed["parent"] = [account.parent.name if account.parent else None, parent.name if parent else None]
         account.parent = parent

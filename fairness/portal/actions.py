@@ -339,4 +339,9 @@ def revoke_admin_token(actor: Actor, token: AdminToken) -> AdminToken:
 
 
 def _jsonable(values: dict) -> dict:
-    return {k: (v if isinstance(v, (str, int, float, bool, type(None))) else str(v)) for k, v in values.items()}
+    def plain(value: object) -> bool:
+        if isinstance(value, list):  # a list of names (allowed models) stays a list
+            return all(isinstance(item, str) for item in value)
+        return isinstance(value, (str, int, float, bool, type(None)))
+
+    return {k: (v if plain(v) else str(v)) for k, v in values.items()}

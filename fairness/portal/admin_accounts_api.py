@@ -13,7 +13,7 @@ from ninja.errors import HttpError
 
 from fairness.models import Account, Membership
 from fairness.portal import accounts, fair_share_report
-from fairness.portal.admin_api import AdminTokenAuth, Input, StaffSession, actor, invalid
+from fairness.portal.admin_api import AdminTokenAuth, Input, ModelName, StaffSession, actor, invalid
 
 User = get_user_model()
 router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
@@ -26,6 +26,10 @@ FAIR_SHARE = (
     "`fair_share` F = 2^(-U/S): 1 for nothing used, 0.5 for exactly one's share, towards 0 beyond it; "
     "within a tier, requests of a lower F queue later."
 )
+
+
+ALLOWED_MODELS = ("Models its members' keys, and those of the accounts under it, may use, as clients name them "
+                  "(at most 50); empty for every model.")
 
 
 class ShareRow(Schema):
@@ -45,12 +49,14 @@ class AccountIn(Input):
     shares: int = Field(1, ge=1, le=accounts.MAX_SHARES, description="Its part of the parent's share, "
                         "relative to its siblings' shares.")
     description: str = Field("", max_length=200)
+    allowed_models: list[ModelName] = Field(default_factory=list, description=ALLOWED_MODELS)
 
 
 class AccountPatch(Input):
     shares: int | None = Field(None, ge=1, le=accounts.MAX_SHARES)
     parent: str | None = Field(None, max_length=100, description="The account to move it under; null moves it "
                                "to the top, leaving it out keeps it where it is.")
+    allowed_models: list[ModelName] | None = Field(None, description=ALLOWED_MODELS + " Leave out to keep them.")
 
 
 class AccountOut(Schema):
@@ -58,6 +64,7 @@ class AccountOut(Schema):
     parent: str | None
     shares: int
     description: str
+    allowed_models: list[str]
 
 
 class MemberIn(Input):
@@ -78,7 +85,8 @@ class MemberOut(Schema):
 
 def account_out(account: Account) -> AccountOut:
     return AccountOut(name=account.name, parent=account.parent.name if account.parent else None,
-                      shares=account.shares, description=account.description)
+                      shares=account.shares, description=account.description,
+                      allowed_models=account.allowed_models)
 
 
 def account_named(name: str, field: str) -> Account:
@@ -100,20 +108,21 @@ def create_account(request, data: AccountIn):
         raise HttpError(409, f"name: an account named {data.name!r} exists")
     parent = account_named(data.parent, "parent") if data.parent is not None else None
     try:
-        account = accounts.add_account(actor(request), data.name, parent, data.shares, data.description)
+        account = accounts.add_account(actor(request), data.name, parent, data.shares, data.description,
+                                       data.allowed_models)
     except ValidationError as exc:
         raise invalid(exc) from None
     return Status(201, account_out(account))
 
 
-@router.patch("/accounts/{name}", response=AccountOut, summary="Change an account's shares or move it")
+@router.patch("/accounts/{name}", response=AccountOut, summary="Change an account's shares or models, or move it")
 def change_account(request, name: str, data: AccountPatch):
     account = get_object_or_404(Account.objects.select_related("parent"), name=name)
     move = "parent" in data.model_fields_set
     parent = account_named(data.parent, "parent") if data.parent is not None else None
     try:  # a parent under the account itself is refused: the tree has no cycles
         return account_out(accounts.change_account(actor(request), account, shares=data.shares, parent=parent,
-                                                   move=move))
+                                                   move=move, allowed_models=data.allowed_models))
     except ValidationError as exc:
         raise invalid(exc) from None
 

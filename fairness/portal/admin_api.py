@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Annotated, Literal
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -61,6 +61,10 @@ def actor(request: AdminApiRequest) -> actions.Actor:
 def invalid(exc: ValidationError) -> HttpError:
     messages = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
     return HttpError(422, "; ".join(f"{field}: {' '.join(m)}" for field, m in messages.items()))
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^|\s]+$")]
+ALLOWED_MODELS = "Models its keys may use, as clients name them (at most 50); empty for every model."
 
 
 class Input(Schema):
@@ -243,6 +247,7 @@ class TierSchema(Input):
         False, description="Send each user's requests with a cache salt of their own (vLLM's cache_salt): "
         "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
     )
+    allowed_models: list[ModelName] = Field(default_factory=list, description=ALLOWED_MODELS)
 
 
 class TierPatch(Input):
@@ -256,6 +261,7 @@ class TierPatch(Input):
     engine_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool | None = None
     isolate_prefix_cache: bool | None = None
+    allowed_models: list[ModelName] | None = Field(None, description=ALLOWED_MODELS)
 
 
 def tier_out(tier: Tier) -> TierSchema:

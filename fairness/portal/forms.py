@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import Account, ApiKey, Membership, Replica, Tier
+from fairness.models import Account, ApiKey, Membership, Replica, Tier, check_allowed_models
 from fairness.portal import submit_once
 
 User = get_user_model()
@@ -48,6 +48,29 @@ class WholeSecondsField(forms.FloatField):
         if isinstance(value, float) and value.is_integer():
             return int(value)
         return super().prepare_value(value)
+
+
+class ModelNamesField(forms.CharField):
+    """Model names typed in one box, separated by commas or spaces; a list (names once each, in
+    the order typed) to the model, checked by the model's rule. Empty: every model."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.update(required=False, max_length=None)
+        kwargs.setdefault("label", "Allowed models")
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        return list(dict.fromkeys(text.replace(",", " ").split()))
+
+    def validate(self, value: Any) -> None:
+        try:
+            check_allowed_models(value)
+        except forms.ValidationError as refused:
+            raise forms.ValidationError(refused.messages) from None
 
 
 def default_tier(owner_name: str | None) -> Tier | None:
@@ -189,6 +212,9 @@ class UserTierForm(NoColon, forms.Form):
 def _tier_fields(field: models.Field, **kwargs) -> forms.Field | None:
     if field.name in ("head_start_seconds", "max_queue_wait_seconds"):
         kwargs["form_class"] = WholeSecondsField
+    if field.name == "allowed_models":
+        return ModelNamesField(help_text="Separated by commas or spaces: its keys may use only these. "
+                                         "Empty for every model.")
     return field.formfield(**kwargs)
 
 
@@ -201,7 +227,7 @@ class TierForm(NoColon, forms.ModelForm):
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
             "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots",
-            "isolate_prefix_cache",
+            "isolate_prefix_cache", "allowed_models",
         ]
         labels = {
             "per_key_concurrency": "Requests at once per key",
@@ -294,6 +320,10 @@ def _shares_field(help_text: str, **kwargs: Any) -> forms.IntegerField:
     return forms.IntegerField(min_value=1, max_value=SHARES_BOUND, initial=1, help_text=help_text, **kwargs)
 
 
+ACCOUNT_MODELS_HELP = ("Separated by commas or spaces: its members' keys, and those of the accounts under it, "
+                       "may use only these. Empty for every model.")
+
+
 class AccountForm(NoColon, forms.Form):
     name = forms.CharField(max_length=100, help_text="Letters, digits and . @ + - _ only, e.g. “nlp-lab”.")
     parent = forms.ModelChoiceField(
@@ -302,10 +332,14 @@ class AccountForm(NoColon, forms.Form):
     )
     shares = _shares_field("Its part of the parent's share, relative to its siblings' shares.")
     description = forms.CharField(max_length=200, required=False)
+    allowed_models = ModelNamesField(help_text=ACCOUNT_MODELS_HELP)
 
 
 class AccountSharesForm(NoColon, forms.Form):
+    """An account's shares and the models it allows."""
+
     shares = _shares_field("Its part of the parent's share, relative to its siblings' shares.")
+    allowed_models = ModelNamesField(help_text=ACCOUNT_MODELS_HELP)
 
 
 class MemberForm(NoColon, forms.Form):

@@ -121,7 +121,7 @@ def add_account(request: SignedInRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             account = account_actions.add_account(_actor(request), data["name"], data["parent"], data["shares"],
-                                                  data["description"])
+                                                  data["description"], data["allowed_models"])
         except ValidationError as refused:
             _refused(form, refused)
         else:
@@ -134,20 +134,25 @@ def add_account(request: SignedInRequest) -> HttpResponse:
 
 @staff_required
 def change_shares(request: SignedInRequest, name: str) -> HttpResponse:
+    """Also the models the account allows."""
     account = _get_account_for_user(request.user, name)
-    form = AccountSharesForm(request.POST or None, initial={"shares": account.shares})
+    form = AccountSharesForm(request.POST or None,
+                             initial={"shares": account.shares, "allowed_models": account.allowed_models})
     if request.method == "POST" and form.is_valid():
         before = account.shares
         try:
-            account_actions.change_account(_actor(request), account, shares=form.cleaned_data["shares"])
+            account_actions.change_account(_actor(request), account, shares=form.cleaned_data["shares"],
+                                           allowed_models=form.cleaned_data["allowed_models"])
         except ValidationError as refused:
             _refused(form, refused)
         else:
-            messages.success(request, f"Shares of {account}: {before} → {account.shares}. Queues follow at once.")
+            allowed = ", ".join(account.allowed_models) or "every model"
+            messages.success(request, f"Shares of {account}: {before} → {account.shares}; models: {allowed}. "
+                                      "Queues and keys follow at once.")
             return redirect("staff-accounts")
-    return _form_page(request, form, f"Shares of {account}",
+    return _form_page(request, form, f"Shares and models of {account}",
                       "Shares are relative: what counts is an account's shares over its siblings'.",
-                      "Save shares")
+                      "Save")
 
 
 @staff_required

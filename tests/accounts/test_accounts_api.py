@@ -50,7 +50,8 @@ def test_staff_create_an_account_under_another_audited(staff_client, tree):
     response = send(staff_client, "post", "/api/admin/accounts",
                     {"name": "proj", "parent": "lab", "shares": 2, "description": "A project"})
     assert response.status_code == 201, response.content
-    assert response.json() == {"name": "proj", "parent": "lab", "shares": 2, "description": "A project"}
+    assert response.json() == {"name": "proj", "parent": "lab", "shares": 2, "description": "A project",
+                               "allowed_models": []}
     assert Account.objects.get(name="proj").parent == tree.lab
     entry = AuditEntry.objects.get(action="account.add", target="proj")
     assert (entry.actor_name, entry.ip, entry.detail) == ("sam", STAFF_IP, {"parent": "lab", "shares": 2})
@@ -59,7 +60,7 @@ def test_staff_create_an_account_under_another_audited(staff_client, tree):
 def test_an_account_at_the_top_takes_the_defaults(staff_client, people):
     response = send(staff_client, "post", "/api/admin/accounts", {"name": "lab"})
     assert response.status_code == 201
-    assert response.json() == {"name": "lab", "parent": None, "shares": 1, "description": ""}
+    assert response.json() == {"name": "lab", "parent": None, "shares": 1, "description": "", "allowed_models": []}
 
 
 def test_staff_change_shares_and_move_an_account(staff_client, tree):

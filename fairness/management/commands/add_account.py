@@ -8,7 +8,7 @@ from fairness.portal import accounts
 
 class Command(AuditedCommand):
     help = ("Add an account to the fair-share tree (a lab, a project under it), or with --update "
-            "change an existing one's shares or parent. `manage.py sshare` shows the tree.")
+            "change an existing one's shares, parent or models. `manage.py sshare` shows the tree.")
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="Letters, digits and . @ + - _ only.")
@@ -17,43 +17,50 @@ class Command(AuditedCommand):
         parser.add_argument("--shares", type=int, default=None,
                             help="Its part of the parent's share, relative to its siblings' (default 1).")
         parser.add_argument("--description", default="")
+        parser.add_argument("--models", default=None,
+                            help="The models its members' keys (and those of accounts under it) may use, "
+                                 "comma-separated; \"\" for every model (the default).")
         parser.add_argument("--update", action="store_true",
                             help="Change the account named, which must exist, instead of adding one.")
 
-    def handle(self, *args, name, parent, top, shares, description, update, **options):
+    def handle(self, *args, name, parent, top, shares, description, update, models, **options):
         if shares is not None and not 1 <= shares <= accounts.MAX_SHARES:
             raise CommandError(f"--shares must be a whole number from 1 to {accounts.MAX_SHARES:,}")
-        if "\x00" in name + description + (parent or ""):
+        if "\x00" in name + description + (parent or "") + (models or ""):
             raise CommandError("No NUL characters, please.")
         if top and parent is not None:
             raise CommandError("--top and --parent contradict each other: give one.")
         above = self._account(parent, "--parent") if parent is not None else None
         existing = Account.objects.filter(name=name).first()
+        allowed = None if models is None else list(dict.fromkeys(models.replace(",", " ").split()))
         try:
             if update:
-                self._change(existing, name, above, shares, top, description)
+                self._change(existing, name, above, shares, top, description, allowed)
             else:
-                self._add(existing, name, above, shares, description)
+                self._add(existing, name, above, shares, description, allowed)
         except ValidationError as exc:
             raise CommandError(_messages(exc)) from None
 
-    def _add(self, existing, name, parent, shares, description):
+    def _add(self, existing, name, parent, shares, description, allowed):
         if existing is not None:
             raise CommandError(f"An account named {name!r} exists already. Add --update to change its shares "
                                "or parent.")
-        account = accounts.add_account(self.actor(), name, parent, shares or 1, description)
-        self.stdout.write(f"Added account {account.name} {_where(account)} with {_shares(account.shares)}.")
+        account = accounts.add_account(self.actor(), name, parent, shares or 1, description, allowed)
+        self.stdout.write(f"Added account {account.name} {_where(account)} with {_shares(account.shares)}"
+                          f"{_models(account)}.")
 
-    def _change(self, account, name, parent, shares, top, description):
+    def _change(self, account, name, parent, shares, top, description, allowed):
         if account is None:
             raise CommandError(f"No account named {name!r}; leave out --update to add it.")
         if description:
             raise CommandError("--description is for a new account; edit it in the Django admin.")
         move = top or parent is not None
-        if shares is None and not move:
-            raise CommandError("Nothing to change: give --shares, --parent or --top.")
-        account = accounts.change_account(self.actor(), account, shares=shares, parent=parent, move=move)
-        self.stdout.write(f"Account {account.name} is {_where(account)} with {_shares(account.shares)}.")
+        if shares is None and not move and allowed is None:
+            raise CommandError("Nothing to change: give --shares, --parent, --top or --models.")
+        account = accounts.change_account(self.actor(), account, shares=shares, parent=parent, move=move,
+                                          allowed_models=allowed)
+        self.stdout.write(f"Account {account.name} is {_where(account)} with {_shares(account.shares)}"
+                          f"{_models(account)}.")
 
     def _account(self, name: str, option: str) -> Account:
         account = Account.objects.filter(name=name).first()
@@ -68,6 +75,10 @@ def _where(account: Account) -> str:
 
 def _shares(shares: int) -> str:
     return f"{shares} {'share' if shares == 1 else 'shares'}"
+
+
+def _models(account: Account) -> str:
+    return f", allowing only {', '.join(account.allowed_models)}" if account.allowed_models else ""
 
 
 def _messages(exc: ValidationError) -> str:
