@@ -7,6 +7,9 @@ enginesim replicas and real gateway processes (uvicorn), torn down on exit.
         p.engines[0].url           # straight to the engine, bypassing the gateway
         p.members["alice"].secret  # the key to send
 
+Every member charges an account of their own (shares 1, at the top of the fair-share tree) unless
+``accounts`` places them: ``accounts={"lab": AccountSpec(shares=3, members=("alice",))}``.
+
 Django can be configured only once per process, so the first portal fixes the database file and
 the Redis database for the whole run; every later portal wipes and re-seeds them. Redis is a
 private redis-server on a free loopback port unless a ``redis_url`` is given (its database is
@@ -47,6 +50,17 @@ class Member:
     tier: str
     secret: str
     key_id: int
+    association: str = ""  # the fair-share association its key charges (a Membership pk)
+
+
+@dataclass(frozen=True)
+class AccountSpec:
+    """A fair-share account: its shares among its siblings, its parent account's name (None: the
+    top of the tree) and the members whose keys charge it (each member's default association)."""
+
+    shares: int = 1
+    members: tuple[str, ...] = ()
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,12 +184,16 @@ def _reset_tables(tiers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
     from fairness.demo.default_tiers import DEFAULT_TIERS
-    from fairness.models import ApiKey, Replica, Tier, UsageRecord
+    from fairness.models import Account, ApiKey, Replica, Tier, UsageRecord
 
     UsageRecord.objects.all().delete()
     ApiKey.objects.all().delete()
     Replica.objects.all().delete()
-    get_user_model().objects.all().delete()
+    get_user_model().objects.all().delete()  # their memberships go with them
+    # An earlier portal's accounts would stay in the tree and dilute every normalised share.
+    # Parents are protected: unhook them first.
+    Account.objects.exclude(parent=None).update(parent=None)
+    Account.objects.all().delete()
     Tier.objects.all().delete()
     rows = {}
     for fields in DEFAULT_TIERS:
@@ -188,16 +206,29 @@ def _reset_tables(tiers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return rows
 
 
-def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any]) -> dict[str, Member]:
+def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any],
+                accounts: Mapping[str, AccountSpec]) -> dict[str, Member]:
     from django.contrib.auth import get_user_model
 
+    from fairness.models import Account, Membership
     from fairness.portal.keys import issue_key
 
+    rows = {name: Account.objects.create(name=name, shares=spec.shares)
+            for name, spec in accounts.items()}
+    for name, spec in accounts.items():  # parents once every account exists
+        if spec.parent is not None:
+            rows[name].parent = rows[spec.parent]
+            rows[name].full_clean()
+            rows[name].save(update_fields=["parent"])
+    placed = {user: name for name, spec in accounts.items() for user in spec.members}
     issued = {}
     for username, tier_name in members.items():
         user = get_user_model().objects.create(username=username)
+        if username in placed:
+            Membership.objects.create(account=rows[placed[username]], user=user, is_default=True)
+        # Unplaced members get an account of their own (default_membership).
         key, secret = issue_key(user, tiers[tier_name], label=f"bench {username}")
-        issued[username] = Member(username, tier_name, secret, key.pk)
+        issued[username] = Member(username, tier_name, secret, key.pk, str(key.membership_id))
     return issued
 
 
@@ -255,9 +286,11 @@ def portal(
     redis_db: int | None = None,
     gateway_env: Mapping[str, str] | None = None,
     worker: bool = False,
+    accounts: Mapping[str, AccountSpec] | None = None,
 ) -> Iterator[Portal]:
     """A portal with ``members`` (username -> tier name), default tiers edited by ``tiers``
-    (tier name -> field overrides; unknown names create tiers), one enginesim per spec and
+    (tier name -> field overrides; unknown names create tiers), fair-share ``accounts`` (name ->
+    spec; members not placed in one get their own), one enginesim per spec and
     ``gateways`` gateway processes. ``worker`` adds a Celery worker with beat. Redis:
     ``redis_url``, or database ``redis_db`` of the Redis on 6379, or (neither) a private
     redis-server; whichever, it is flushed."""
@@ -268,7 +301,7 @@ def portal(
     from fairness.models import Replica
 
     rows = _reset_tables(tiers or {})
-    issued = _issue_keys(members, rows)
+    issued = _issue_keys(members, rows, accounts or {})
     env = {
         "DATABASE_URL": workspace.database_url,
         "REDIS_URL": workspace.redis_url,
