@@ -16,6 +16,8 @@ from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal import tier_policy
 from fairness.portal.admin_accounts_api import router as admin_accounts_router
 from fairness.portal.admin_api import router as admin_router
+from fairness.portal.admin_budgets_api import router as admin_budgets_router
+from fairness.portal.admin_usage_api import router as admin_usage_router
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
 from fairness.store.redis_clients import redis_async
@@ -290,3 +292,5 @@ async def alerts(request):
 api.add_router("/", public)
 api.add_router("/admin", admin_router)
 api.add_router("/admin", admin_accounts_router)
+api.add_router("/admin", admin_usage_router)
+api.add_router("/admin", admin_budgets_router)

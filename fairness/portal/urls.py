@@ -5,10 +5,12 @@ from fairness.portal import (
     my_pages,
     public_pages,
     staff_account_pages,
+    staff_budget_pages,
     staff_home,
     staff_pages,
     staff_replica_pages,
     staff_token_pages,
+    staff_usage_pages,
     staff_user_pages,
 )
 from fairness.telemetry import gateway_metrics
@@ -45,6 +47,9 @@ urlpatterns = [
     path("staff/accounts/new/", staff_account_pages.add_account, name="staff-account-add"),
     path("staff/accounts/members/new/", staff_account_pages.add_member, name="staff-member-add"),
     path("staff/accounts/<str:name>/shares/", staff_account_pages.change_shares, name="staff-account-shares"),
+    path("staff/budgets/", staff_budget_pages.budgets_page, name="staff-budgets"),
+    path("staff/budgets/set/", staff_budget_pages.set_budget, name="staff-budget-set"),
+    path("staff/budgets/<int:budget_id>/remove/", staff_budget_pages.remove_budget, name="staff-budget-remove"),
     path("staff/tokens/", staff_token_pages.tokens, name="staff-tokens"),
     path("staff/tokens/issue/", staff_token_pages.issue_token, name="staff-token-issue"),
     path("staff/tokens/<str:prefix>/revoke/", staff_token_pages.revoke_token, name="staff-token-revoke"),
@@ -59,4 +64,7 @@ urlpatterns = [
     path("staff/alerts/", staff_pages.alerts, name="staff-alerts"),
     path("staff/alerts/<int:alert_id>/acknowledge/", staff_pages.acknowledge_alert, name="staff-alert-acknowledge"),
     path("staff/audit/", staff_pages.audit, name="staff-audit"),
+    path("staff/usage/", staff_usage_pages.usage, name="staff-usage"),
+    path("staff/usage.csv", staff_usage_pages.usage_csv, name="staff-usage-csv"),
+    path("staff/usage.json", staff_usage_pages.usage_json, name="staff-usage-json"),
 ]
