@@ -39,10 +39,10 @@ def rules_for(key: ApiKey, membership_id: int | None) -> tuple[BudgetRule, ...]:
     budgets = Budget.objects.filter(account_id__in=accounts) | Budget.objects.filter(key_id=key.pk)
     if membership_id is not None:
         budgets = budgets | Budget.objects.filter(membership_id=membership_id)
-    return tuple(_rule(b) for b in budgets.select_related("account", "membership__account", "membership__user"))
+    return tuple(rule_of(b) for b in budgets.select_related("account", "membership__account", "membership__user"))
 
 
-def _rule(budget: Budget) -> BudgetRule:
+def rule_of(budget: Budget) -> BudgetRule:
     if budget.account is not None:
         holder, words = ("account", budget.account.pk), f"account {budget.account.name}"
     elif budget.membership is not None:
@@ -65,9 +65,11 @@ def windows(rules: tuple[BudgetRule, ...], now: float) -> tuple[BudgetWindow, ..
 
 def _window(rule: BudgetRule, now: float) -> BudgetWindow:
     zone = zoneinfo.ZoneInfo(settings.TIME_ZONE)
+    kind, pk = rule.holder
     if rule.period == Budget.Period.ROLLING:
         hours = rule.window_hours or 24
-        return BudgetWindow(rule.budget_id, rule.tokens, 0.0, now + hours * 3600 / 24, hours * 3600.0,
+        return BudgetWindow(rule.budget_id, f"{kind[0]}{pk}-r{hours}", rule.tokens, 0.0, now + hours * 3600 / 24,
+                            hours * 3600.0,
                             f"{rule.holder_words} has used its {tokens_in_words(rule.tokens)} tokens of the "
                             f"last {hours} h; some come back within {hours * 60 // 24} min")
     local = dt.datetime.fromtimestamp(now, zone)
@@ -84,7 +86,7 @@ def _window(rule: BudgetRule, now: float) -> BudgetWindow:
         span = f"for {local:%B}"
     when = f"{end:%-d %b %H:%M} {end.tzname()}"
     return BudgetWindow(
-        rule.budget_id, rule.tokens, start.timestamp(), end.timestamp(),
+        rule.budget_id, f"{kind[0]}{pk}-{rule.period}", rule.tokens, start.timestamp(), end.timestamp(),
         words=f"{rule.holder_words} has used its {tokens_in_words(rule.tokens)} tokens {span}; resets {when}",
     )
 

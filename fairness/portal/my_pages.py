@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from fairness.models import ApiKey, Tier, UsageHourly
 from fairness.portal import tier_policy
+from fairness.portal.budget_report import lines_for_user
 from fairness.portal.fair_share_report import standing_of
 from fairness.portal.fair_share_words import half_life_in_words
 from fairness.portal.queries import key_load, tokens_last_day
@@ -57,6 +58,7 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
         for key in keys
     ]
     live_tiers = Tier.objects.filter(pk__in={row["key"].tier_id for row in rows if row["live"]})
+    budgets = lines_for_user(request.user, now.timestamp())
     return render(request, "me/dashboard.html", {
         "rows": rows,
         "tiers": [{"tier": t, "sentences": tier_policy.in_words(t)} for t in live_tiers],
@@ -65,6 +67,9 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
         # Only the user's own figures: the sentences compare their usage with their own share.
         "standings": standing_of(request.user),
         "half_life": half_life_in_words(),
+        # Only budgets over the user's own keys; an account's shows only its total.
+        "budgets": budgets,
+        "budgets_near": [line for line in budgets if line.over_soft_limit],
     })
 
 

@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from fairness.portal.budget_report import near_limit
 from fairness.portal.queries import attention
 from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.staff_pages import staff_required
@@ -31,4 +32,5 @@ def home(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/home.html", {
         "attention": attention(now, {r["name"]: r for r in readings}, stats),
         "now": now,
+        "budgets_near": near_limit(now.timestamp()),
     })

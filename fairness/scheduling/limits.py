@@ -19,9 +19,12 @@ ROLLING_BUCKETS = 24  # a rolling window is this many buckets (so it slides in 1
 
 @dataclass(frozen=True)
 class BudgetWindow:
-    """One budget's current window, as one request sees it."""
+    """One budget's current window, as one request sees it. Its counters are its holder's for
+    the period (`counter`), not the budget row's: a raise and the standing budget it replaces for
+    a while count the same tokens."""
 
     budget_id: int
+    counter: str  # the holder and period, e.g. "a12-month", "k7-r24"
     limit: float  # weighted tokens
     window_start: float  # epoch seconds (calendar periods); ignored when rolling
     resets_at: float  # epoch seconds: when a refused request may try again
@@ -32,8 +35,8 @@ class BudgetWindow:
     def field(self) -> str:
         if self.rolling_seconds > 0:
             bucket = max(1, round(self.rolling_seconds / ROLLING_BUCKETS))
-            return f"{self.budget_id}|r{bucket}"
-        return f"{self.budget_id}|{int(self.window_start)}"
+            return f"{self.counter}|r{bucket}"
+        return f"{self.counter}|{int(self.window_start)}"
 
     def ttl(self, now: float) -> float:
         """How long its counters must live: past the window's end, plus a day to read them."""

@@ -117,21 +117,29 @@ def restore_if_lost(now: float | None = None) -> bool:
     if not client.set(_namespace() + _RESTORED, "1", nx=True):
         return False
     for budget in Budget.objects.all():
-        window = window_of(budget, now)
-        ttl = max(1, int(window.ttl(now)))
-        records = UsageRecord.objects.filter(holder_keys(budget))
-        if not window.rolling_seconds:
-            start = dt.datetime.fromtimestamp(window.window_start, dt.UTC)
-            client.set(_namespace() + "bu:" + window.field, repr(_weighted(records.filter(created_at__gte=start))),
-                       ex=ttl)  # fmt: skip
-            continue
-        bucket = max(1, round(window.rolling_seconds / ROLLING_BUCKETS))
-        for key in _counter_keys(window, now):
-            number = int(key.rsplit("|", 1)[1])
-            lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
-            client.set(key, repr(_weighted(records.filter(created_at__gte=lo, created_at__lt=hi))), ex=ttl)
+        recount(budget, now)
     log.warning("budget counters were missing from Redis; set again from the usage records")
     return True
+
+
+def recount(budget: Budget, now: float | None = None) -> None:
+    """Set one budget's counters in its current window from the usage records (they are its
+    holder's for the period, shared with any raise)."""
+    now = now if now is not None else dt.datetime.now(dt.UTC).timestamp()
+    client = redis_sync()
+    window = window_of(budget, now)
+    ttl = max(1, int(window.ttl(now)))
+    records = UsageRecord.objects.filter(holder_keys(budget))
+    if not window.rolling_seconds:
+        start = dt.datetime.fromtimestamp(window.window_start, dt.UTC)
+        client.set(_namespace() + "bu:" + window.field, repr(_weighted(records.filter(created_at__gte=start))),
+                   ex=ttl)  # fmt: skip
+        return
+    bucket = max(1, round(window.rolling_seconds / ROLLING_BUCKETS))
+    for key in _counter_keys(window, now):
+        number = int(key.rsplit("|", 1)[1])
+        lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
+        client.set(key, repr(_weighted(records.filter(created_at__gte=lo, created_at__lt=hi))), ex=ttl)
 
 
 def _recipients(budget: Budget) -> list[str]:

@@ -13,7 +13,7 @@ from fairness.scheduling.limits import BudgetWindow, RateLimit
 
 from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, like
 
-MONTH = BudgetWindow(budget_id=7, limit=1000, window_start=1_699_000_000, resets_at=1_702_000_000,
+MONTH = BudgetWindow(budget_id=7, counter="a1-month", limit=1000, window_start=1_699_000_000, resets_at=1_702_000_000,
                      words="project nlp has used its 1,000 tokens for November")
 
 
@@ -67,14 +67,14 @@ async def test_a_new_window_starts_empty(make_admission) -> None:
     await admission.release(await admitted(admission, spending(100)), charge=1000)
     with pytest.raises(BudgetExceeded):
         await admission.acquire(spending(100))
-    december = BudgetWindow(7, 1000, window_start=MONTH.resets_at, resets_at=MONTH.resets_at + 2_678_400)
+    december = BudgetWindow(7, "a1-month", 1000, window_start=MONTH.resets_at, resets_at=MONTH.resets_at + 2_678_400)
     assert (await admitted(admission, spending(100, december))).budget_left == pytest.approx(900)
 
 
 async def test_a_rolling_window_forgets_what_slid_out_of_it(make_admission, clock: FakeClock) -> None:
     admission = await make_admission()
     await admission.set_capacity(GROUP, 4)
-    day = BudgetWindow(8, 1000, window_start=0, resets_at=0, rolling_seconds=86_400)
+    day = BudgetWindow(8, "k1-r24", 1000, window_start=0, resets_at=0, rolling_seconds=86_400)
     await admission.release(await admitted(admission, spending(100, day)), charge=1000)
     with pytest.raises(BudgetExceeded):
         await admission.acquire(spending(100, day))
@@ -88,7 +88,8 @@ async def test_a_rolling_window_forgets_what_slid_out_of_it(make_admission, cloc
 async def test_every_budget_of_a_request_is_checked_and_the_tightest_is_reported(make_admission) -> None:
     admission = await make_admission()
     await admission.set_capacity(GROUP, 4)
-    key_budget = BudgetWindow(9, 150, window_start=MONTH.window_start, resets_at=MONTH.resets_at, words="key")
+    key_budget = BudgetWindow(9, "k1-month", 150, window_start=MONTH.window_start, resets_at=MONTH.resets_at,
+                              words="key")
     grant = await admitted(admission, spending(100, MONTH, key_budget))
     assert grant.budget_left == pytest.approx(50)  # the key's 150 less 100, not the month's 900
     await admitted(admission, spending(60, MONTH, key_budget))  # 100 < 150: it may start

@@ -80,3 +80,16 @@ def test_a_live_raise_replaces_the_standing_budget_until_its_date(cast, nlp):
     now = timezone.now().timestamp()
     assert budget_status.in_force([standing, raised], now) == [raised]
     assert budget_status.in_force([standing, raised], now + 4 * 86400) == [standing]
+
+
+def test_a_raise_counts_what_its_holder_used_before_it_and_leaves_it_behind(redis_url, cast, nlp):
+    standing = Budget.objects.create(account=nlp, tokens=300, period=Budget.Period.MONTH)
+    record(cast["alice"], 100, 50, timezone.now())  # 200
+    budget_status.restore_if_lost()
+    raised = Budget.objects.create(account=nlp, tokens=1000, period=Budget.Period.MONTH,
+                                   until=timezone.now() + dt.timedelta(days=2))
+    (raise_status,) = budget_status.status_of([raised])
+    assert raise_status.used == pytest.approx(200) and raise_status.left == pytest.approx(800)
+    # One holder, one period, one count: what the raise lets through counts when it ends.
+    (standing_status,) = budget_status.status_of([standing])
+    assert standing_status.window.field == raise_status.window.field

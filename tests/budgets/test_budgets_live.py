@@ -34,8 +34,9 @@ def budget_counters(budget: Budget) -> tuple[float, float]:
     """(settled, reserved) over the budget's windows in Redis."""
     client = redis.Redis.from_url(TEST_REDIS_URL)
     ns = keyspace.admission_namespace(keyspace.PREFIX)
-    used = sum(float(client.get(k)) for k in client.scan_iter(match=f"{ns}bu:{budget.pk}|*"))
-    reserved = sum(float(client.get(k)) for k in client.scan_iter(match=f"{ns}br:{budget.pk}|*"))
+    counter = f"k{budget.key_id}-{budget.period}"  # a key's budgets for the period share these
+    used = sum(float(client.get(k)) for k in client.scan_iter(match=f"{ns}bu:{counter}|*"))
+    reserved = sum(float(client.get(k)) for k in client.scan_iter(match=f"{ns}br:{counter}|*"))
     return used, reserved
 
 

@@ -1,0 +1,63 @@
+"""Budgets over a small tree: `lab` with `nlp` under it, alice in nlp (her default) and bob in
+lab. Usage is put straight into admission's counters, as a gateway's release would leave it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+
+from fairness.models import Account, ApiKey, Budget, Membership
+from fairness.portal import accounts
+from fairness.portal.actions import Actor
+from fairness.store import keyspace
+from fairness.telemetry import budget_status
+from tests.conftest import TEST_REDIS_URL
+from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
+
+SETUP = Actor(None, name="test-setup")
+
+
+@pytest.fixture(autouse=True)
+def clean_redis(redis_url: str) -> None:
+    """Budget counters, sign-in limits and the cache live in Redis: each test starts from nothing."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@dataclass
+class Tree:
+    lab: Account
+    nlp: Account
+    alice: Membership  # alice in nlp, her default
+    bob: Membership  # bob in lab, his default
+
+
+@pytest.fixture
+def tree(cast) -> Tree:
+    lab = accounts.add_account(SETUP, "lab", shares=2)
+    nlp = accounts.add_account(SETUP, "nlp", parent=lab)
+    users = get_user_model().objects
+    alice = accounts.add_member(SETUP, nlp, users.get(username="alice"), default=True)
+    bob = accounts.add_member(SETUP, lab, users.get(username="bob"), default=True)
+    ApiKey.objects.filter(owner__username="alice").update(membership=alice)
+    ApiKey.objects.filter(owner__username="bob").update(membership=bob)
+    return Tree(lab, nlp, alice, bob)
+
+
+def use(budget: Budget, used: float, reserved: float = 0.0) -> None:
+    """Settled and reserved weighted tokens in the budget's current window."""
+    now = dt.datetime.now(dt.UTC).timestamp()
+    window = budget_status.window_of(budget, now)
+    namespace = keyspace.admission_namespace(keyspace.PREFIX)
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    try:
+        assert not window.rolling_seconds, "a calendar budget's single counter only"
+        client.set(namespace + "bu:" + window.field, repr(used))
+        client.set(namespace + "br:" + window.field, repr(reserved))
+    finally:
+        client.close()

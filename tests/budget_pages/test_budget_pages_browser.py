@@ -1,0 +1,70 @@
+"""The budgets pages in headless Chromium against a live gateway, at desktop and phone width
+(nothing scrolls sideways, axe-core finds no violation): the staff page's bars and its form, and
+the 80% banner on a researcher's /me/."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from fairness.portal import budgets
+from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
+from tests.browser_checks import check_page
+
+from .conftest import SETUP, use
+
+User = get_user_model()
+
+# The used bar's filled part (settled + held) as a fraction of the bar, for the item of a budget.
+USED_FILL = """(id) => {
+  const bar = document.querySelector('#budget-' + id + ' .bar');
+  return [...bar.querySelectorAll('.fill')].reduce((sum, f) => sum + f.getBoundingClientRect().width, 0)
+    / bar.clientWidth;
+}"""
+
+
+@pytest.mark.browser
+def test_the_staff_budgets_page_draws_bars_and_sets_a_budget(chromium, gateway, tree, staff):
+    budget = budgets.set_budget(SETUP, account=tree.nlp, tokens=1000, period="month")
+    use(budget, 500, 250)
+    staff.set_password(STAFF_PASSWORD)
+    staff.save()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        sign_in(page, gateway.url, "/staff/budgets/", "sam", STAFF_PASSWORD)
+        check_page(page, gateway.url + "/staff/budgets/")
+        check_page(page, gateway.url + "/staff/")
+
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(gateway.url + "/staff/budgets/")
+        assert page.evaluate(USED_FILL, budget.pk) == pytest.approx(0.75, abs=0.02)
+        page.select_option("#budget-holder_kind", "user")
+        page.fill("#budget-holder", "bob")
+        page.fill("#budget-tokens", "4000")
+        page.select_option("#budget-period", "week")
+        page.get_by_role("button", name="Set budget").click()
+        page.wait_for_url(gateway.url + "/staff/budgets/")
+        assert "Budget of bob in lab: 4,000 tokens per week." in page.locator(".messages").inner_text()
+        assert page.locator("li.budget", has_text="bob in lab").count() == 1
+        assert errors == []
+
+
+@pytest.mark.browser
+def test_a_researcher_near_a_budget_reads_the_banner_on_their_page(chromium, gateway, tree):
+    budget = budgets.set_budget(SETUP, account=tree.nlp, tokens=5_000_000, period="month")
+    use(budget, 4_150_000)
+    alice = User.objects.get(username="alice")
+    alice.set_password(ALICE_PASSWORD)
+    alice.save()
+    month = timezone.localdate().strftime("%B")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        sign_in(page, gateway.url, "/me/", "alice", ALICE_PASSWORD)
+        check_page(page, gateway.url + "/me/")
+        banner = page.locator(".budget-notice").inner_text()
+        assert f"nlp has used 83% of its 5.0 M tokens for {month}; resets 1 " in banner
+        card = page.get_by_role("region", name="Token budgets").inner_text()
+        assert "nlp" in card and "850 k left of 5.0 M tokens" in card
