@@ -18,6 +18,7 @@ from django.views.decorators.http import require_safe
 from fairness.models import Account
 from fairness.portal import accounts as account_actions
 from fairness.portal import actions
+from fairness.portal.budget_report import all_lines
 from fairness.portal.client_address import client_address
 from fairness.portal.fair_share_report import Row, rows
 from fairness.portal.fair_share_words import half_life_in_words
@@ -111,6 +112,7 @@ def accounts(request: SignedInRequest) -> HttpResponse:
         "account_form": AccountForm(auto_id="account-%s"),
         "member_form": MemberForm(auto_id="member-%s"),
         "half_life": half_life_in_words(),
+        "budget_lines": [line for line in all_lines() if line.in_force and line.holder_kind != "key"],
     })
 
 

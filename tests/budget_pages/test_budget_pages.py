@@ -140,3 +140,9 @@ def cast_account(cast):
     from fairness.models import Account
 
     return Account.objects.get(memberships__user__username="carol")
+
+
+def test_the_accounts_page_shows_each_account_budget_against_the_period(staff_client, tree):
+    budget = budgets.set_budget(SETUP, account=tree.nlp, tokens=5_000_000, period="month")
+    html = staff_client.get("/staff/accounts/").content.decode()
+    assert f'id="account-budget-{budget.pk}"' in html and "5.0 M" in html and "period" in html
