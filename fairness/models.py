@@ -72,6 +72,13 @@ class Tier(models.Model):
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Models its keys may use; empty for every model."
     )
+    self_service_keys = models.BooleanField(
+        default=True, help_text="Its users may make, rotate and revoke their own keys on their page."
+    )
+    max_key_days = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="The longest a key its users make themselves may live; empty for no limit.",
+    )
     key_requests_per_minute = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Requests a minute one key may start; empty for no limit.",
@@ -207,6 +214,23 @@ class Membership(models.Model):
         return f"{self.user} in {self.account}"
 
 
+class GroupMapping(models.Model):
+    """An identity provider's group (OIDC claim or LDAP group DN) and what its members get here:
+    membership of an account and, for keys they make themselves, a tier. Synced at every sign-in;
+    someone in no mapped group has no access."""
+
+    group = models.CharField(max_length=300, unique=True, help_text="e.g. cn=nlp-lab,ou=groups,dc=uni,dc=example")
+    account = models.ForeignKey(Account, models.CASCADE, related_name="group_mappings")
+    tier = models.ForeignKey(Tier, models.PROTECT, related_name="group_mappings")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["group"]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.account} ({self.tier})"
+
+
 class Budget(models.Model):
     """A token allowance per period on an account (its whole subtree), one member's association
     with an account, or one key. Counts weighted tokens, as fair share does. A budget with `until`
@@ -293,6 +317,11 @@ class ApiKey(Credential, models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="Who issued it: staff, or its owner on their own page; empty for a command.",
+    )
+    expiry_noticed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
