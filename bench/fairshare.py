@@ -24,8 +24,10 @@ seconds, so W keeps its size against queue ages (--weight overrides it).
    a short half-life (GP_FAIRSHARE_HALF_LIFE_HOURS = 100 s of engine time) so decay shows. Equal
    shares: the factors meet when the decayed usages are equal; predicted, with the fresh user
    served at R_f and the heavy one at R_h meanwhile, t = h log2(1 + X ln2 / ((R_f - R_h) h)).
-   The prediction takes R_h = 0 and R_f = the pool's measured throughput (fair share at its
-   ideal: the heavy user waits until the factors meet); the measured crossover is when the
+   The ideal prediction takes R_h = 0 and R_f = the pool's measured throughput (the heavy user
+   waits until the factors meet); the target compares the measured crossover with the same
+   formula at the rates each user was really served until then (ageing lets the heavy user
+   through now and then), and reports the ideal beside it. The measured crossover is when the
    gateway's books (sampled from Redis) show the fresh user's usage reaching the heavy one's.
 4. Work conservation: one backlogged user alone; one portal whose tier is switched between
    today and fair share every segment; throughput with fair share >= 95% of today's.
@@ -190,9 +192,14 @@ def scenario3(cfg: Config) -> dict[str, Any]:
         until = books if books is not None else run.duration
         before = fr.served(run, 0.0, until)
         after = fr.served(run, until) if books is not None else {}
+        # The same formula with the rates each user really got until then (ageing lets the
+        # heavy user through now and then): does the arithmetic of decay and factors hold?
+        as_served = fr.predicted_crossing(cfg.seed3, before["fresh"] / until, before["heavy"] / until,
+                                          cfg.half_life3) if until else None
         out[mode] = {
             "weight": run.weight, "duration": run.duration, "seeded": cfg.seed3,
             "half_life": cfg.half_life3, "rate": total, "predicted": predicted,
+            "predicted_as_served": as_served,
             "crossing_books": books,
             "crossing_client": fr.client_crossing(run, "fresh", "heavy", cfg.half_life3),
             "heavy_held_back": fr.held_back(run, "heavy"),
