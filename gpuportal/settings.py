@@ -143,6 +143,36 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/capacity/"
 GP_SIGNIN_FAILURES_ALLOWED = envint("GP_SIGNIN_FAILURES_ALLOWED", 5)
 GP_SIGNIN_LOCKOUT_SECONDS = envint("GP_SIGNIN_LOCKOUT_SECONDS", 600)
+
+# Sign-in with the institution's OpenID provider (README, "Sign-in"); no issuer: no SSO button.
+# The endpoints come from the issuer's discovery document, fetched at the first SSO sign-in, not
+# here: a provider that is down must not stop the portal from starting (fairness/portal/oidc_backend.py).
+GP_OIDC_ISSUER = envstr("GP_OIDC_ISSUER", "")
+GP_OIDC_CLIENT_ID = envstr("GP_OIDC_CLIENT_ID", "")
+GP_OIDC_CLIENT_SECRET = envstr("GP_OIDC_CLIENT_SECRET", "")
+GP_OIDC_SCOPES = envstr("GP_OIDC_SCOPES", "openid email profile")
+GP_OIDC_USERNAME_CLAIM = envstr("GP_OIDC_USERNAME_CLAIM", "preferred_username")
+GP_OIDC_GROUPS_CLAIM = envstr("GP_OIDC_GROUPS_CLAIM", "groups")
+GP_OIDC_TIMEOUT_SECONDS = envfloat("GP_OIDC_TIMEOUT_SECONDS", 10.0)
+if GP_OIDC_ISSUER and not GP_OIDC_CLIENT_ID:
+    raise ImproperlyConfigured("GP_OIDC_ISSUER is set but GP_OIDC_CLIENT_ID is not.")
+# Who may sign in with a password: "all", or "staff" (researchers then use the SSO button only).
+# There is no "off": staff need a way in while the identity provider is down.
+GP_LOCAL_SIGNIN = envstr("GP_LOCAL_SIGNIN", "all").strip().lower()
+if GP_LOCAL_SIGNIN not in ("all", "staff"):
+    raise ImproperlyConfigured(f"GP_LOCAL_SIGNIN={GP_LOCAL_SIGNIN!r}: use all or staff")
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+if GP_OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("fairness.portal.oidc_backend.SsoBackend")
+# mozilla-django-oidc's own settings, from ours. PKCE on top of state and nonce; the ID token's
+# signature is checked against the provider's JWKS (RS256, what Keycloak and Entra ID sign with).
+OIDC_RP_CLIENT_ID = GP_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = GP_OIDC_CLIENT_SECRET
+OIDC_RP_SCOPES = GP_OIDC_SCOPES
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = GP_OIDC_TIMEOUT_SECONDS
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
@@ -209,7 +239,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "fairness.save_fair_share_usage",
         "schedule": envfloat("GP_FAIRSHARE_SAVE_SECONDS", 60.0),
     },
+    # One e-mail per key a week before it expires (fairness/telemetry/key_expiry.py).
+    "notify-expiring-keys": {"task": "fairness.notify_expiring_keys", "schedule": 3600.0},
 }
+
+# Researchers' own keys on /me/keys/ (fairness/portal/self_service.py): live keys one person may
+# hold before they must revoke one to make another (keys staff issue count too).
+GP_MAX_KEYS_PER_USER = envint("GP_MAX_KEYS_PER_USER", 5)
 
 # The gateway
 GP_MAX_BODY_BYTES = envint("GP_MAX_BODY_BYTES", 4 * 1024 * 1024)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fairness.models import Account, Membership
+from fairness.models import Account, ApiKey, Membership
 from fairness.portal.actions import Actor, audit
 
 if TYPE_CHECKING:
@@ -108,3 +108,30 @@ def add_member(actor: Actor, account: Account, user: User, *, default: bool = Fa
     audit(actor, "account.add_member", account.name, user=user.get_username(), shares=membership.shares,
           default=membership.is_default, created=created)
     return membership
+
+
+@transaction.atomic
+def remove_member(actor: Actor, membership: Membership, *, successor: Membership | None = None) -> None:
+    """Take a user out of an account. Their keys that charge it charge `successor` from now on
+    (None: their oldest other membership), which also becomes their default if this one was.
+    Raises ValidationError when keys charge it and they have no other account to move to.
+    The membership's own budgets and fair-share history go with it."""
+    user = membership.user
+    if successor is None:
+        successor = Membership.objects.filter(user=user).exclude(pk=membership.pk).order_by("pk").first()
+    keys = list(ApiKey.objects.filter(membership=membership))
+    if keys and successor is None:
+        raise ValidationError(f"{user.get_username()}'s keys charge {membership.account} "
+                              "and they have no other account.")
+    for key in keys:  # save() per key: its signal tells the gateways
+        key.membership = successor
+        key.save(update_fields=["membership"])
+    was_default = membership.is_default
+    account = membership.account.name
+    membership.delete()
+    if was_default and successor is not None:
+        successor.is_default = True
+        successor.save(update_fields=["is_default"])
+    audit(actor, "account.remove_member", account, user=user.get_username(),
+          keys_moved=[key.prefix for key in keys], moved_to=successor.account.name if successor else None,
+          default=successor.account.name if was_default and successor else None)

@@ -106,7 +106,8 @@ def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
         raise ValidationError({"owner": f"{owner.get_username()} is deactivated: keys are for active users only."})
     if membership is not None and membership.user_id != owner.pk:
         raise ValidationError({"account": f"{owner.get_username()} is not a member of {membership.account}."})
-    key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership)
+    key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership,
+                            created_by=actor.user)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
           account=key.membership.account.name if key.membership else None,
           expires_at=expires_at.isoformat() if expires_at else None)
@@ -121,10 +122,16 @@ def revoke(actor: Actor, key: ApiKey) -> ApiKey:
 
 
 @transaction.atomic
-def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0) -> tuple[ApiKey, str]:
-    """A new secret for the same owner, tier and label; the old one stops after the grace."""
-    new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=key.expires_at,
-                            membership=key.membership)
+def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0,
+           latest_expiry: dt.datetime | None = None) -> tuple[ApiKey, str]:
+    """A new secret for the same owner, tier and label; the old one stops after the grace. The
+    new key keeps the old one's expiry, or `latest_expiry` when that is sooner (a researcher's
+    own rotation stays within their tier's longest key life)."""
+    expires_at = key.expires_at
+    if latest_expiry is not None and (expires_at is None or latest_expiry < expires_at):
+        expires_at = latest_expiry
+    new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=expires_at,
+                            membership=key.membership, created_by=actor.user)
     if grace_seconds > 0:
         ends = timezone.now() + dt.timedelta(seconds=grace_seconds)
         key.expires_at = min(ends, key.expires_at) if key.expires_at else ends

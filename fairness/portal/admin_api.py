@@ -104,7 +104,7 @@ class RotateIn(Input):
 @router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
 def list_keys(request):
     load, tokens = key_load(), tokens_last_day()
-    keys = ApiKey.objects.select_related("owner", "tier", "membership__account")
+    keys = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by")
     return [key_out(k, load, tokens) for k in keys]
 
 
@@ -248,6 +248,9 @@ class TierSchema(Input):
         "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
     )
     allowed_models: list[ModelName] = Field(default_factory=list, description=ALLOWED_MODELS)
+    self_service_keys: bool = Field(True, description="Its users make, rotate and revoke their own keys on /me/keys/.")
+    max_key_days: int | None = Field(None, ge=1, le=3650, description="The longest a key its users make may live; "
+                                     "null for no limit.")
 
 
 class TierPatch(Input):
@@ -262,6 +265,9 @@ class TierPatch(Input):
     borrow_idle_slots: bool | None = None
     isolate_prefix_cache: bool | None = None
     allowed_models: list[ModelName] | None = Field(None, description=ALLOWED_MODELS)
+    self_service_keys: bool | None = None
+    max_key_days: int | None = Field(None, ge=1, le=3650)
+    clear_max_key_days: bool = False
 
 
 def tier_out(tier: Tier) -> TierSchema:
@@ -291,12 +297,14 @@ def create_tier(request, data: TierSchema):
 @router.patch("/tiers/{name}", response=TierSchema, summary="Edit a tier; new requests follow at once")
 def update_tier(request, name: str, data: TierPatch):
     tier = get_object_or_404(Tier, name=name)
-    changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k != "clear_pool" and v is not None}
+    clears = {"clear_pool": "pool_concurrency", "clear_max_key_days": "max_key_days"}
+    changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k not in clears and v is not None}
     for field, value in changed.items():
         setattr(tier, field, value)
-    if data.clear_pool:
-        tier.pool_concurrency = None
-        changed["pool_concurrency"] = None
+    for flag, field in clears.items():
+        if getattr(data, flag):
+            setattr(tier, field, None)
+            changed[field] = None
     return tier_out(validated_tier_save(request, tier, changed))
 
 

@@ -23,6 +23,7 @@ from fairness.models import (
     ApiKey,
     AuditEntry,
     EngineSample,
+    GroupMapping,
     Membership,
     Replica,
     SaturationAlert,
@@ -30,7 +31,7 @@ from fairness.models import (
     UsageHourly,
     UsageRecord,
 )
-from fairness.portal import actions
+from fairness.portal import actions, group_sync
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
 
@@ -66,6 +67,28 @@ class AccountAdmin(admin.ModelAdmin):
 
     list_display = ["name", "parent", "shares", "description"]
     search_fields = ["name"]
+
+
+@admin.register(GroupMapping)
+class GroupMappingAdmin(admin.ModelAdmin):
+    """Also on the staff page /staff/sign-in/; changes here are audited like the page's."""
+
+    list_display = ["group", "account", "tier", "created_at"]
+    list_filter = ["account", "tier"]
+    search_fields = ["group", "account__name"]
+    readonly_fields = ["created_at"]
+
+    def save_model(self, request: HttpRequest, obj: GroupMapping, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        actions.audit(_actor(request), "group_mapping.change" if change else "group_mapping.add", obj.group,
+                      account=obj.account.name, tier=obj.tier.name)
+
+    def delete_model(self, request: HttpRequest, obj: GroupMapping) -> None:
+        group_sync.remove_mapping(_actor(request), obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GroupMapping]) -> None:
+        for mapping in queryset.select_related("account", "tier"):
+            group_sync.remove_mapping(_actor(request), mapping)
 
 
 @admin.register(Membership)

@@ -8,12 +8,14 @@ from typing import Any, cast
 from django import forms
 from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import get_user_model, password_validation
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import Account, ApiKey, Membership, Replica, Tier, check_allowed_models
 from fairness.portal import submit_once
+from fairness.portal.self_service import memberships
 
 User = get_user_model()
 
@@ -140,6 +142,44 @@ class RotateKeyForm(SubmitOnceForm):
     )
 
 
+class MembershipChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.account.name} (default)" if obj.is_default else str(obj.account.name)
+
+
+class OwnKeyForm(SubmitOnceForm):
+    """A researcher's own key (/me/keys/): the accounts offered are theirs alone, and the expiry
+    is bounded by their tier (fairness.portal.self_service checks both again)."""
+
+    label = forms.CharField(max_length=100, help_text="What it is for, e.g. “laptop” or “nightly eval”.")
+    account = MembershipChoiceField(
+        queryset=Membership.objects.none(), empty_label=None, required=False,  # none sent: the default
+        help_text="Whose fair share its requests count against.",
+    )
+    expires_days = forms.IntegerField(label="Expires after (days)", min_value=1, max_value=3650)
+
+    def __init__(self, *args, user, tier: Tier, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        account = cast(forms.ModelChoiceField, self.fields["account"])  # as declared above
+        account.queryset = memberships(user)
+        default = account.queryset.first()  # their default account comes first
+        if default is None:  # no account yet: the key makes them one of their own
+            del self.fields["account"]
+        else:
+            account.initial = default.pk
+        days = cast(forms.IntegerField, self.fields["expires_days"])
+        if tier.max_key_days:
+            days.max_value = tier.max_key_days
+            days.validators.append(MaxValueValidator(tier.max_key_days))
+            days.widget.attrs["max"] = tier.max_key_days
+            days.initial = min(90, tier.max_key_days)
+            days.help_text = f"At most {tier.max_key_days} days on tier {tier.name}."
+        else:
+            days.required = False
+            days.initial = 90
+            days.help_text = "Leave empty for a key that does not expire."
+
+
 class IssueAdminTokenForm(SubmitOnceForm):
     """A token acts as its owner: staff issue for themselves, a superuser for any active staff."""
 
@@ -227,7 +267,7 @@ class TierForm(NoColon, forms.ModelForm):
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
             "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots",
-            "isolate_prefix_cache", "allowed_models",
+            "isolate_prefix_cache", "allowed_models", "self_service_keys", "max_key_days",
         ]
         labels = {
             "per_key_concurrency": "Requests at once per key",
@@ -238,6 +278,8 @@ class TierForm(NoColon, forms.ModelForm):
             "engine_priority": "Engine priority (lower runs first)",
             "borrow_idle_slots": "May borrow idle slots",
             "isolate_prefix_cache": "Keep each user's prefix cache apart",
+            "self_service_keys": "Its users make, rotate and revoke their own keys",
+            "max_key_days": "Longest life of a key they make (days)",
         }
 
     def __init__(self, *args, **kwargs) -> None:

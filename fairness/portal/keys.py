@@ -28,9 +28,11 @@ def issue_key(
     label: str = "",
     expires_at: dt.datetime | None = None,
     membership: Membership | None = None,
+    created_by: User | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key; the secret is returned once and never stored. It charges `membership`
-    (the owner's association with an account), by default the owner's default one."""
+    (the owner's association with an account), by default the owner's default one. `created_by`:
+    who made it (staff, or the owner on their own page); None for a command."""
     from fairness.portal.accounts import default_membership  # accounts audits through actions
 
     if membership is None:
@@ -49,6 +51,7 @@ def issue_key(
                     secret_hash=hash_secret(secret),
                     expires_at=expires_at,
                     membership=membership,
+                    created_by=created_by,
                 )
             return key, secret
         except IntegrityError:  # a prefix collision: vanishingly rare, try another secret

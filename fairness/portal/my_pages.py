@@ -16,7 +16,7 @@ from fairness.portal import tier_policy
 from fairness.portal.budget_report import lines_for_user
 from fairness.portal.fair_share_report import standing_of
 from fairness.portal.fair_share_words import half_life_in_words
-from fairness.portal.queries import key_load, tokens_last_day
+from fairness.portal.queries import EXPIRING_WITHIN, key_load, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
 from fairness.telemetry import latency, usage_rollup
 
@@ -57,10 +57,13 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
          "tokens_24h": tokens.get(key.pk, 0)}
         for key in keys
     ]
+    soon = now + EXPIRING_WITHIN
+    expiring = [row["key"] for row in rows if row["live"] and row["key"].expires_at and row["key"].expires_at <= soon]
     live_tiers = Tier.objects.filter(pk__in={row["key"].tier_id for row in rows if row["live"]})
     budgets = lines_for_user(request.user, now.timestamp())
     return render(request, "me/dashboard.html", {
         "rows": rows,
+        "expiring": sorted(expiring, key=lambda key: key.expires_at),
         "tiers": [{"tier": t, "sentences": tier_policy.in_words(t)} for t in live_tiers],
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "days": USAGE_DAYS,

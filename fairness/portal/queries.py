@@ -40,7 +40,10 @@ class KeyOut(Schema):
     account: str | None = Field(
         None, description="The account whose share its requests charge; null: its owner's default account."
     )
-
+    created_by: str | None = Field(
+        None, description="Who made it: a staff member, or its owner on their own page; null: a command (or "
+        "made before this was recorded)."
+    )
 
 
 def key_out(
@@ -52,6 +55,7 @@ def key_out(
         created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
         last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
         account=key.membership.account.name if key.membership else None,
+        created_by=key.created_by.get_username() if key.created_by else None,
     )
 
 
@@ -101,7 +105,7 @@ def ends_in(moment: dt.datetime, now: dt.datetime) -> str:
 
 def keys_matching(search: str, tier: str, state: str, now: dt.datetime) -> QuerySet[ApiKey]:
     """The keys page's rows before sorting: `search` is part of an owner, a label or a prefix."""
-    keys = ApiKey.objects.select_related("owner", "tier")
+    keys = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by")
     if search:
         keys = keys.filter(Q(owner__username__icontains=search) | Q(label__icontains=search)
                            | Q(prefix__icontains=search))
@@ -237,7 +241,7 @@ def longest_queue(stats: live_counts.Stats) -> LongestQueue | None:
 
 
 def attention(now: dt.datetime, readings: dict[str, dict[str, Any]], stats: live_counts.Stats) -> Attention:
-    expiring = ApiKey.objects.select_related("owner", "tier").filter(
+    expiring = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by").filter(
         revoked_at=None, expires_at__gt=now, expires_at__lte=now + EXPIRING_WITHIN
     ).order_by("expires_at")
     return Attention(

@@ -28,6 +28,8 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -90,9 +92,26 @@ def _too_many(request: HttpRequest, retry_after: int) -> HttpResponse:
     return response
 
 
+class LocalSignInForm(AuthenticationForm):
+    """The password form; with GP_LOCAL_SIGNIN=staff, for staff only (researchers use SSO).
+    A right password of a non-staff user is refused like a wrong one, and counts as one."""
+
+    def confirm_login_allowed(self, user) -> None:
+        super().confirm_login_allowed(user)
+        if settings.GP_LOCAL_SIGNIN == "staff" and not user.is_staff:
+            raise ValidationError("Sign in with your institution's account: passwords are for staff only here.",
+                                  code="staff_only")
+
+
 class SignInView(auth_views.LoginView):
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+    authentication_form: type[AuthenticationForm] = LocalSignInForm
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context.update(sso=bool(settings.GP_OIDC_ISSUER), local_signin=settings.GP_LOCAL_SIGNIN)
+        return context
 
     def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
         self.attempt = count_attempt(client_address(request), request.POST.get("username") or "")

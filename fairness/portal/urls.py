@@ -2,6 +2,7 @@ from django.urls import path
 
 from fairness.portal import (
     account_pages,
+    my_key_pages,
     my_pages,
     public_pages,
     staff_account_pages,
@@ -9,6 +10,7 @@ from fairness.portal import (
     staff_home,
     staff_pages,
     staff_replica_pages,
+    staff_signin_pages,
     staff_token_pages,
     staff_usage_pages,
     staff_user_pages,
@@ -23,6 +25,9 @@ urlpatterns = [
     path("metrics", gateway_metrics.view, name="metrics"),
     # A signed-in person's own pages
     path("me/", my_pages.dashboard, name="me"),
+    path("me/keys/", my_key_pages.keys, name="me-keys"),
+    path("me/keys/<str:prefix>/rotate/", my_key_pages.rotate_key, name="me-key-rotate"),
+    path("me/keys/<str:prefix>/revoke/", my_key_pages.revoke_key, name="me-key-revoke"),
     path("me/usage/", my_pages.usage, name="me-usage"),
     path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
     # One's own password
@@ -63,6 +68,8 @@ urlpatterns = [
     path("staff/replicas/<slug:name>/<slug:state>/", staff_replica_pages.replica_state, name="staff-replica-state"),
     path("staff/alerts/", staff_pages.alerts, name="staff-alerts"),
     path("staff/alerts/<int:alert_id>/acknowledge/", staff_pages.acknowledge_alert, name="staff-alert-acknowledge"),
+    path("staff/sign-in/", staff_signin_pages.sign_in, name="staff-sign-in"),
+    path("staff/sign-in/<int:mapping_id>/remove/", staff_signin_pages.remove_mapping, name="staff-sign-in-remove"),
     path("staff/audit/", staff_pages.audit, name="staff-audit"),
     path("staff/usage/", staff_usage_pages.usage, name="staff-usage"),
     path("staff/usage.csv", staff_usage_pages.usage_csv, name="staff-usage-csv"),

@@ -11,7 +11,16 @@ from django.utils import timezone
 from fairness.gateway import engine_client
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
-from fairness.telemetry import alerts, budget_status, capacity_store, fair_share_usage, polling, usage, usage_rollup
+from fairness.telemetry import (
+    alerts,
+    budget_status,
+    capacity_store,
+    fair_share_usage,
+    key_expiry,
+    polling,
+    usage,
+    usage_rollup,
+)
 
 
 @shared_task(name="fairness.flush_usage")
@@ -90,3 +99,9 @@ def check_budgets() -> int:
             await engine_client.aclose()
 
     return asyncio.run(run())
+
+
+@shared_task(name="fairness.notify_expiring_keys", expires=600)
+def notify_expiring_keys() -> int:
+    """One e-mail to each key's owner a week before it expires."""
+    return key_expiry.notify_expiring(timezone.now())

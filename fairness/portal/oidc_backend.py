@@ -1,0 +1,206 @@
+"""Sign-in with the institution's OpenID provider, on mozilla-django-oidc.
+
+The library runs the authorization-code flow with state, nonce and PKCE and checks the ID
+token's signature against the provider's JWKS. (Not django-allauth: it brings a whole account
+system, sign-up and e-mail confirmation and its own tables, where all we need is "the
+institution says who this is and in which groups".) What we add:
+
+- Discovery, lazily: the endpoints come from `<issuer>/.well-known/openid-configuration`, fetched
+  at the first SSO sign-in and kept, and only if the document names the configured issuer. At
+  start-up nothing is fetched, so a provider that is down stops SSO sign-in, not the portal.
+- The ID token's issuer, audience and expiry are checked too (the library skips the audience);
+  an expired or foreign token refuses the sign-in with a page that says so.
+- Users are matched by the username claim (GP_OIDC_USERNAME_CLAIM), not by e-mail, created at
+  their first sign-in, and their memberships follow their groups at every sign-in (group_sync).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import jwt
+import requests
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+
+from fairness.portal import actions, group_sync
+from fairness.portal.client_address import client_address
+
+log = logging.getLogger(__name__)
+# Clocks of the provider and the portal may differ by this much.
+LEEWAY_SECONDS = 30
+
+
+class SignInProblem(Exception):
+    """Why an SSO sign-in did not happen, in words for the page (sso_refused.html)."""
+
+    title = "Sign-in refused"
+    status = 403
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ProviderUnavailable(SignInProblem):
+    title = "The institution's sign-in service cannot be reached"
+    status = 503
+
+
+class ProviderMisconfigured(SignInProblem):
+    title = "Sign-in with the institution's account is misconfigured"
+    status = 503
+
+
+class SignInRefused(SignInProblem):
+    pass
+
+
+class Discovered(NamedTuple):
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+    userinfo_endpoint: str  # "" when the provider has none: the ID token's claims then suffice
+
+
+_discovered: dict[str, Discovered] = {}
+
+
+def discovery_url(issuer: str) -> str:
+    return issuer.rstrip("/") + "/.well-known/openid-configuration"
+
+
+def discover(issuer: str | None = None) -> Discovered:
+    """The provider's endpoints, fetched once per process. Raises ProviderUnavailable or
+    ProviderMisconfigured; a failure is not kept, so the next sign-in tries again."""
+    issuer = issuer or settings.GP_OIDC_ISSUER
+    found = _discovered.get(issuer)
+    if found is not None:
+        return found
+    url = discovery_url(issuer)
+    try:
+        response = requests.get(url, timeout=settings.GP_OIDC_TIMEOUT_SECONDS)
+        response.raise_for_status()
+        document = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        log.warning("OIDC discovery at %s failed: %s", url, exc)
+        raise ProviderUnavailable(f"Its discovery document ({url}) could not be read: "
+                                  f"{exc.__class__.__name__}.") from exc
+    if not isinstance(document, dict) or document.get("issuer") != issuer:
+        named = document.get("issuer") if isinstance(document, dict) else None
+        raise ProviderMisconfigured(
+            f"The provider at {url} says its issuer is {named!r}, but GP_OIDC_ISSUER is {issuer!r}. "
+            "They must be identical (a trailing slash counts)."
+        )
+    missing = [name for name in ("authorization_endpoint", "token_endpoint", "jwks_uri") if not document.get(name)]
+    if missing:
+        raise ProviderMisconfigured(f"The discovery document at {url} has no {', '.join(missing)}.")
+    found = Discovered(document["authorization_endpoint"], document["token_endpoint"], document["jwks_uri"],
+                       document.get("userinfo_endpoint") or "")
+    _discovered[issuer] = found
+    return found
+
+
+def forget_discovery() -> None:
+    """For tests that change the issuer."""
+    _discovered.clear()
+
+
+class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped library
+    def __init__(self, *args, **kwargs) -> None:
+        # Not the library's __init__: it reads the endpoints from settings, and Django builds every
+        # backend for every sign-in, the password form's included. Endpoints come at authenticate().
+        self.UserModel = get_user_model()
+        self.OIDC_RP_CLIENT_ID = settings.GP_OIDC_CLIENT_ID
+        self.OIDC_RP_CLIENT_SECRET = settings.GP_OIDC_CLIENT_SECRET
+        self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
+        self.OIDC_RP_IDP_SIGN_KEY = None
+
+    def authenticate(self, request, **kwargs):
+        # Only the callback's call (it passes the nonce); a password sign-in is not ours.
+        if request is None or "nonce" not in kwargs or not settings.GP_OIDC_ISSUER:
+            return None
+        found = discover()
+        self.OIDC_OP_AUTHORIZATION_ENDPOINT = found.authorization_endpoint
+        self.OIDC_OP_TOKEN_ENDPOINT = found.token_endpoint
+        self.OIDC_OP_JWKS_ENDPOINT = found.jwks_uri
+        self.OIDC_OP_USER_ENDPOINT = found.userinfo_endpoint
+        try:
+            return super().authenticate(request, **kwargs)
+        except requests.HTTPError as exc:  # the provider answered, with a refusal (a used code…)
+            log.warning("OIDC token or userinfo request refused: %s", exc)
+            raise SignInRefused("The institution's sign-in service did not accept this sign-in. "
+                                "Start again from the sign-in page.") from exc
+        except requests.RequestException as exc:
+            raise ProviderUnavailable(f"It did not answer ({exc.__class__.__name__}).") from exc
+
+    def get_payload_data(self, token, key):
+        """The library checks the signature and expiry; we add the issuer and the audience."""
+        try:
+            return jwt.decode(
+                token, key, algorithms=[self.OIDC_RP_SIGN_ALGO], audience=self.OIDC_RP_CLIENT_ID,
+                issuer=settings.GP_OIDC_ISSUER, leeway=LEEWAY_SECONDS,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise SignInRefused("The institution's answer had expired before it arrived. Start again; if it "
+                                "happens every time, the clocks of the two servers disagree.") from exc
+        except jwt.InvalidTokenError as exc:
+            log.warning("OIDC ID token refused: %s", exc)
+            raise SignInRefused(f"The institution's answer could not be verified ({exc}).") from exc
+
+    def get_userinfo(self, access_token, id_token, payload):
+        """The ID token's claims, completed by the userinfo endpoint's: Entra ID puts `groups` in
+        the ID token, Keycloak and others (often) only in userinfo."""
+        claims = dict(payload)
+        if self.OIDC_OP_USER_ENDPOINT:
+            info = super().get_userinfo(access_token, id_token, payload)
+            if info.get("sub") != payload.get("sub"):
+                raise SignInRefused("The institution's answers named two different people.")
+            claims.update(info)
+        self.claims = claims  # for get_or_create_user's group sync
+        return claims
+
+    def verify_claims(self, claims) -> bool:
+        username = claims.get(settings.GP_OIDC_USERNAME_CLAIM)
+        if not isinstance(username, str) or not username:
+            raise SignInRefused(f"The institution's answer has no {settings.GP_OIDC_USERNAME_CLAIM!r} claim "
+                                "(GP_OIDC_USERNAME_CLAIM) to name you by.")
+        return True
+
+    def filter_users_by_claims(self, claims):
+        return self.UserModel.objects.filter(username=claims[settings.GP_OIDC_USERNAME_CLAIM])
+
+    def create_user(self, claims):
+        return actions.create_user(self._actor(), claims[settings.GP_OIDC_USERNAME_CLAIM],
+                                   email=claims.get("email") or "")
+
+    def update_user(self, user, claims):
+        email = claims.get("email") or ""
+        if email and email != user.email:
+            user.email = email
+            user.save(update_fields=["email"])
+        return user
+
+    def get_or_create_user(self, access_token, id_token, payload):
+        user = super().get_or_create_user(access_token, id_token, payload)
+        if user is None:
+            return None
+        claims = self.claims
+        groups = claims.get(settings.GP_OIDC_GROUPS_CLAIM) or []
+        if isinstance(groups, str):
+            groups = [groups]
+        actor = self._actor()
+        synced = group_sync.sync_memberships(actor, user, [g for g in groups if isinstance(g, str)])
+        if not synced.has_access:
+            group_sync.withdraw_access(actor, user)
+            raise SignInRefused("You are in none of the groups that have access to this portal, so your access "
+                                "(and your API keys) are suspended. If you should have access, ask your group's "
+                                "administrator or the portal's staff.")
+        group_sync.restore_access(actor, user)
+        return user
+
+    def _actor(self) -> actions.Actor:
+        return group_sync.sync_actor("oidc", client_address(self.request))

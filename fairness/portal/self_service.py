@@ -1,0 +1,141 @@
+"""Researchers' own keys: the rules of /me/keys/, checked here once for the page and any caller.
+
+- **Which tier.** The tier of their most recent live key: staff move all of a user's live keys
+  at once (actions.set_user_tier), so that is the tier their keys use. With no live key, the
+  tier a sign-in group mapping gives one of their accounts, their default account first. With
+  neither, staff issue their first key.
+- **Whether at all.** Only on a tier with `self_service_keys` on; a key of a tier with it off is
+  managed by staff alone (made, rotated and revoked), as the tier's setting says.
+- **How many.** At most `GP_MAX_KEYS_PER_USER` live keys, counting those staff issued and an old
+  key still in its grace after a rotation.
+- **How long.** No longer than the tier's `max_key_days` (no limit when empty); a rotated key
+  keeps its expiry, shortened to that limit.
+
+Every change still goes through fairness.portal.actions, which audits it and records the user as
+the key's `created_by`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from fairness.models import ApiKey, GroupMapping, Membership, Tier
+from fairness.portal import actions
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+class Refused(Exception):
+    """What the researcher may not do, in a sentence for the page."""
+
+
+def live_keys(user: User, now: dt.datetime) -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(Q(expires_at=None) | Q(expires_at__gt=now), owner=user, revoked_at=None)
+
+
+def memberships(user: User) -> QuerySet[Membership]:
+    """The associations a key of theirs may charge: their own, and nobody else's."""
+    return Membership.objects.filter(user=user).select_related("account").order_by("-is_default", "account__name")
+
+
+def own_tier(user: User, now: dt.datetime) -> Tier | None:
+    """The tier their new keys get (see the module's rules); None: staff issue their first key."""
+    latest = live_keys(user, now).select_related("tier").order_by("-created_at", "-pk").first()
+    if latest is not None:
+        return latest.tier
+    for membership in memberships(user):
+        mapping = GroupMapping.objects.filter(account=membership.account).select_related("tier").order_by("group")
+        if (found := mapping.first()) is not None:
+            return found.tier
+    return None
+
+
+def max_keys() -> int:
+    return int(settings.GP_MAX_KEYS_PER_USER)
+
+
+def refusal(user: User, tier: Tier | None, now: dt.datetime) -> str:
+    """Why `user` may not make a key now ("" when they may)."""
+    if tier is None:
+        return ("Your first key is issued by staff: you have no live key yet, and none of your accounts "
+                "comes with a tier for keys you make yourself.")
+    if not tier.self_service_keys:
+        return f"Keys of tier {tier.name} are managed by staff: ask them for a new key."
+    if live_keys(user, now).count() >= max_keys():
+        return (f"You have {max_keys()} live keys, the most anyone may hold: revoke one you no longer "
+                "need to make another.")
+    return ""
+
+
+def key_refusal(key: ApiKey) -> str:
+    """Why its owner may not rotate or revoke `key` on their page ("" when they may)."""
+    if not key.tier.self_service_keys:
+        return f"Keys of tier {key.tier.name} are managed by staff: ask them to rotate or revoke {key.prefix}…."
+    return ""
+
+
+def longest_expiry(tier: Tier, now: dt.datetime) -> dt.datetime | None:
+    return now + dt.timedelta(days=tier.max_key_days) if tier.max_key_days else None
+
+
+def _locked(user: User) -> User:
+    """The user's row locked for the transaction: two forms sent at once cannot both take the
+    last free place (PostgreSQL; SQLite runs one write transaction at a time anyway)."""
+    locked: User = get_user_model().objects.select_for_update().get(pk=user.pk)
+    return locked
+
+
+@transaction.atomic
+def issue_own(actor: actions.Actor, label: str, days: int | None, membership: Membership | None = None,
+              now: dt.datetime | None = None) -> tuple[ApiKey, str]:
+    """A key for the actor themselves. Raises Refused; `membership` None: their default account."""
+    assert actor.user is not None, "a researcher's own action has a signed-in user"
+    now = now or timezone.now()
+    user = _locked(actor.user)
+    tier = own_tier(user, now)
+    reason = refusal(user, tier, now)
+    if reason:
+        raise Refused(reason)
+    assert tier is not None  # refusal() says why otherwise
+    if membership is not None and membership.user_id != user.pk:
+        raise Refused("A key of yours charges one of your own accounts.")
+    if tier.max_key_days and (days is None or days > tier.max_key_days):
+        raise Refused(f"Keys of tier {tier.name} live at most {tier.max_key_days} days.")
+    expires_at = now + dt.timedelta(days=days) if days else None
+    return actions.issue(actor, user, tier, label, expires_at, membership)
+
+
+@transaction.atomic
+def rotate_own(actor: actions.Actor, key: ApiKey, grace_seconds: int = 0,
+               now: dt.datetime | None = None) -> tuple[ApiKey, str]:
+    """A new secret for one of the actor's own live keys. Raises Refused."""
+    assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
+    now = now or timezone.now()
+    user = _locked(actor.user)
+    reason = key_refusal(key)
+    if reason:
+        raise Refused(reason)
+    if key.revoked_at is not None or key.is_expired(now):
+        raise Refused(f"{key.prefix}… no longer works: make a new key instead.")
+    if grace_seconds > 0 and live_keys(user, now).count() >= max_keys():
+        raise Refused(f"You have {max_keys()} live keys, the most anyone may hold, and a grace period keeps the "
+                      "old one live beside the new: rotate it at once, or revoke a key first.")
+    return actions.rotate(actor, key, grace_seconds, latest_expiry=longest_expiry(key.tier, now))
+
+
+@transaction.atomic
+def revoke_own(actor: actions.Actor, key: ApiKey) -> ApiKey:
+    """Revokes one of the actor's own keys. Raises Refused."""
+    assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
+    reason = key_refusal(key)
+    if reason:
+        raise Refused(reason)
+    return actions.revoke(actor, key)
