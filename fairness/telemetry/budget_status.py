@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db.models import Q, QuerySet, Sum
+from redis.typing import EncodableT, FieldT
 
 from fairness.gateway import budget_rules
 from fairness.models import Account, Budget, UsageRecord
@@ -69,23 +70,30 @@ def status_of(budgets: list[Budget], now: float | None = None) -> list[BudgetSta
     out = []
     for budget in budgets:
         window = window_of(budget, now)
-        used_keys = _counter_keys(window, now)
-        values = client.mget([*used_keys, _namespace() + "br:" + window.field])
+        fields = _used_fields(window, now)
+        values = client.hmget(_window_key(window), [*fields, "r"])
         used = sum(float(v) for v in values[:-1] if v is not None)
-        reserved = float(values[-1]) if values[-1] is not None else 0.0
+        reserved = max(0.0, float(values[-1])) if values[-1] is not None else 0.0
         span = window.resets_at - window.window_start
         elapsed = 1.0 if window.rolling_seconds else min(1.0, max(0.0, (now - window.window_start) / span))
         out.append(BudgetStatus(budget, window, used, reserved, elapsed))
     return out
 
 
-def _counter_keys(window: BudgetWindow, now: float) -> list[str]:
-    base = _namespace() + "bu:" + window.field
+def _window_key(window: BudgetWindow) -> str:
+    """Admission's hash for the window (lua/lib.lua): r reserved, u or u<bucket> settled."""
+    return _namespace() + "bw:" + window.field
+
+
+def _bucket_seconds(window: BudgetWindow) -> int:
+    return max(1, round(window.rolling_seconds / ROLLING_BUCKETS))
+
+
+def _used_fields(window: BudgetWindow, now: float) -> list[str]:
     if not window.rolling_seconds:
-        return [base]
-    bucket = window.rolling_seconds / ROLLING_BUCKETS
-    current = int(now // max(1, round(bucket)))
-    return [f"{base}|{current - i}" for i in range(ROLLING_BUCKETS)]
+        return ["u"]
+    current = int(now // _bucket_seconds(window))
+    return [f"u{current - i}" for i in range(ROLLING_BUCKETS)]
 
 
 def holder_keys(budget: Budget) -> Q:
@@ -132,14 +140,19 @@ def recount(budget: Budget, now: float | None = None) -> None:
     records = UsageRecord.objects.filter(holder_keys(budget))
     if not window.rolling_seconds:
         start = dt.datetime.fromtimestamp(window.window_start, dt.UTC)
-        client.set(_namespace() + "bu:" + window.field, repr(_weighted(records.filter(created_at__gte=start))),
-                   ex=ttl)  # fmt: skip
-        return
-    bucket = max(1, round(window.rolling_seconds / ROLLING_BUCKETS))
-    for key in _counter_keys(window, now):
-        number = int(key.rsplit("|", 1)[1])
-        lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
-        client.set(key, repr(_weighted(records.filter(created_at__gte=lo, created_at__lt=hi))), ex=ttl)
+        counts: dict[FieldT, EncodableT] = {"u": repr(_weighted(records.filter(created_at__gte=start)))}
+    else:
+        bucket = _bucket_seconds(window)
+        counts = {}
+        for field in _used_fields(window, now):
+            number = int(field[1:])
+            lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
+            counts[field] = repr(_weighted(records.filter(created_at__gte=lo, created_at__lt=hi)))
+    key = _window_key(window)
+    with client.pipeline() as pipe:
+        pipe.hset(key, mapping=counts)
+        pipe.expire(key, ttl)
+        pipe.execute()
 
 
 def _recipients(budget: Budget) -> list[str]:

@@ -57,7 +57,6 @@ def use(budget: Budget, used: float, reserved: float = 0.0) -> None:
     client = redis.Redis.from_url(TEST_REDIS_URL)
     try:
         assert not window.rolling_seconds, "a calendar budget's single counter only"
-        client.set(namespace + "bu:" + window.field, repr(used))
-        client.set(namespace + "br:" + window.field, repr(reserved))
+        client.hset(namespace + "bw:" + window.field, mapping={"u": repr(used), "r": repr(reserved)})
     finally:
         client.close()

@@ -55,20 +55,25 @@ end
 -- Rate limits and budgets, for a new request (a moved one was admitted already): checked now,
 -- applied once it is sure to be granted or queued.
 local budgets, estimate, moving = ARGV[26], num(ARGV[25]), ARGV[19] == '1'
-local apply_rates = nil
+local apply_rates, read = nil, {}
 if not moving then
-  local refused, wait_or_apply = check_rates(ARGV[27], estimate)
-  if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
-  apply_rates = wait_or_apply
-  local over = over_budget(budgets)
-  if over then return {-3, over} end
+  if ARGV[27] ~= '' then
+    local refused, wait_or_apply = check_rates(ARGV[27], estimate)
+    if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
+    apply_rates = wait_or_apply
+  end
+  if budgets ~= '' then
+    read = read_budgets(budgets)
+    local over = over_budget(read)
+    if over then return {-3, over} end
+  end
 else
   budgets = ''  -- its reservation stands from its first admission; the release settles it
 end
 local function admit_limits()
   if apply_rates then apply_rates() end
   if budgets ~= '' then reserve_budgets(budgets, estimate, 1) end
-  return budget_remaining(ARGV[26] ~= '' and not moving and ARGV[26] or '')
+  return budget_remaining(read, estimate)
 end
 
 -- Fast path. After pumping, an eligible ticket waits only when the group is full, so an empty

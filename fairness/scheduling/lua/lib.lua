@@ -244,102 +244,123 @@ local function state_fair_share(assoc, share, half_life_seconds)
   end
 end
 
--- Budgets and rate limits (limits.py builds their arguments). A budget is a window counter:
--- bu:<field> its settled weighted tokens, br:<field> what admitted requests have reserved
--- (their estimate). field is "<budget>|<window start>" for a calendar period, or
--- "<budget>|r<bucket seconds>" for a rolling window of 24 buckets (bu:<field>|<bucket number>).
--- A rate limit is GCRA over rl:<name>, its theoretical arrival time.
-local function budget_used(field)
-  local bucket = tonumber(string.match(field, '|r(%d+)$'))
-  if not bucket then return num(redis.call('GET', NS .. 'bu:' .. field)) end
-  local now_bucket, used = math.floor(NOW / bucket), 0
-  for i = 0, 23 do used = used + num(redis.call('GET', NS .. 'bu:' .. field .. '|' .. (now_bucket - i))) end
-  return used
+-- Budgets and rate limits (limits.py builds their arguments), in as few Redis calls as they can.
+-- A budget window is one hash, bw:<field>: r = what admitted requests have reserved (their
+-- estimate), u = settled weighted tokens, or for a rolling window u<bucket number> per bucket of
+-- its 24. field is "<holder-period>|<window start>" (calendar) or "<holder-period>|r<bucket s>".
+-- Rate limits are GCRA: hash rl, limit name -> its theoretical arrival time.
+local function rolling_bucket(field)
+  return tonumber(string.match(field, '|r(%d+)$'))
 end
 
-local function add_float(key, amount, ttl)
-  local value = math.max(0, num(redis.call('GET', key)) + amount)
-  redis.call('SET', key, string.format('%.17g', value), 'EX', math.max(1, math.ceil(ttl)))
-end
-
--- `spec`: "field~ttl~limit,..." (ttl: seconds the counters must outlive their window).
-local function each_budget(spec, fn)
-  for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do fn(field, tonumber(ttl)) end
+-- {field, ttl, limit, used + reserved} of each budget in `spec` ("field~ttl~limit,...").
+local function read_budgets(spec)
+  local out = {}
+  for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
+    local bucket, taken = rolling_bucket(field), 0
+    if bucket then
+      local now_bucket, names = math.floor(NOW / bucket), {'r'}
+      for i = 0, 23 do names[#names + 1] = 'u' .. (now_bucket - i) end
+      for _, v in ipairs(redis.call('HMGET', NS .. 'bw:' .. field, unpack(names))) do taken = taken + num(v) end
+    else
+      local v = redis.call('HMGET', NS .. 'bw:' .. field, 'u', 'r')
+      taken = num(v[1]) + num(v[2])
+    end
+    out[#out + 1] = {field, tonumber(ttl), tonumber(limit), taken}
+  end
+  return out
 end
 
 -- The index (1-based) of the first budget this request would start over, or nil.
-local function over_budget(spec)
-  local i, over = 0, nil
-  for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
-    i = i + 1
-    if not over and budget_used(field) + num(redis.call('GET', NS .. 'br:' .. field)) >= tonumber(limit) then
-      over = i
-    end
+local function over_budget(read)
+  for i, b in ipairs(read) do
+    if b[4] >= b[3] then return i end
   end
-  return over
+  return nil
+end
+
+local function bump(key, field, amount, ttl)
+  local value = tonumber(redis.call('HINCRBYFLOAT', key, field, amount))
+  if value == amount then redis.call('EXPIRE', key, math.max(1, math.ceil(ttl))) end  -- a new window
+  if value < 0 then redis.call('HSET', key, field, 0) end  -- never below nothing
 end
 
 local function reserve_budgets(spec, amount, sign)
-  each_budget(spec, function(field, ttl) add_float(NS .. 'br:' .. field, sign * amount, ttl) end)
+  for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do
+    bump(NS .. 'bw:' .. field, 'r', sign * amount, tonumber(ttl))
+  end
 end
 
--- What the request really used goes to its windows; its reservation comes back.
+-- What the request really used goes to its windows; its reservation (if still held) comes back.
 local function settle_budgets(spec, used, reserved)
-  each_budget(spec, function(field, ttl)
-    local bucket = tonumber(string.match(field, '|r(%d+)$'))
-    local counter = NS .. 'bu:' .. field
-    if bucket then counter = counter .. '|' .. math.floor(NOW / bucket) end
-    if used > 0 then add_float(counter, used, ttl) end
-    add_float(NS .. 'br:' .. field, -reserved, ttl)
-  end)
+  for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do
+    local key, bucket = NS .. 'bw:' .. field, rolling_bucket(field)
+    local counter = 'u'
+    if bucket then
+      local now_bucket = math.floor(NOW / bucket)
+      counter = 'u' .. now_bucket
+      redis.call('HDEL', key, 'u' .. (now_bucket - 24), 'u' .. (now_bucket - 25))  -- slid out
+    end
+    if used > 0 then bump(key, counter, used, tonumber(ttl)) end
+    if reserved > 0 then bump(key, 'r', -reserved, tonumber(ttl)) end
+  end
 end
 
--- The lowest remaining amount over the budgets after this request's reservation, or ''.
-local function budget_remaining(spec)
+-- The least any budget has left once this request's `amount` is reserved, or ''.
+local function budget_remaining(read, amount)
   local low = nil
-  for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
-    local left = tonumber(limit) - budget_used(field) - num(redis.call('GET', NS .. 'br:' .. field))
+  for _, b in ipairs(read) do
+    local left = b[3] - b[4] - amount
     if not low or left < low then low = left end
   end
   return low and string.format('%.0f', math.max(0, low)) or ''
 end
 
--- GCRA. `spec`: "name~per_minute~tokens,..." (tokens 1: counts weighted tokens, else requests).
--- Requests may come in bursts of a twentieth of the per-minute rate (three seconds' worth), so
--- a rate holds closely over minutes; tokens in bursts of a minute's worth (one long answer fits).
--- Returns nil and the apply function, or the index refused and seconds until it would pass.
-local function check_rates(spec, estimate)
-  local updates, i = {}, 0
+-- {name, per_minute, tokens} of each limit in `spec` ("name~per_minute~tokens,..."), and their
+-- theoretical arrival times in one call.
+local function read_rates(spec)
+  local limits, names = {}, {}
   for name, per_minute, tokens in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
-    i = i + 1
-    local rate = tonumber(per_minute)
-    local period = 60 / rate
-    local amount = tokens == '1' and math.max(0, estimate) or 1
-    local burst = tokens == '1' and math.max(rate, amount) or math.max(1, math.ceil(rate / 20))
-    local tat = math.max(num(redis.call('GET', NS .. 'rl:' .. name)), NOW)
-    local new_tat = tat + amount * period
+    limits[#limits + 1] = {name, tonumber(per_minute), tokens == '1'}
+    names[#names + 1] = name
+  end
+  local tats = #names > 0 and redis.call('HMGET', NS .. 'rl', unpack(names)) or {}
+  return limits, tats
+end
+
+-- GCRA. Requests may come in bursts of a twentieth of the per-minute rate (three seconds'
+-- worth), so a rate holds closely over minutes; tokens in bursts of a minute's worth (one long
+-- answer fits). Returns nil and the apply function, or the index refused and seconds until it
+-- would pass.
+local function check_rates(spec, estimate)
+  local limits, tats = read_rates(spec)
+  local updates = {}
+  for i, l in ipairs(limits) do
+    local period = 60 / l[2]
+    local amount = l[3] and math.max(0, estimate) or 1
+    local burst = l[3] and math.max(l[2], amount) or math.max(1, math.ceil(l[2] / 20))
+    local new_tat = math.max(num(tats[i]), NOW) + amount * period
     local excess = new_tat - NOW - burst * period
     if excess > 1e-9 then return i, excess end
-    updates[#updates + 1] = {name, new_tat}
+    updates[#updates + 1] = l[1]
+    updates[#updates + 1] = string.format('%.6f', new_tat)
   end
   return nil, function()
-    for _, u in ipairs(updates) do
-      redis.call('SET', NS .. 'rl:' .. u[1], string.format('%.6f', u[2]), 'EX',
-        math.max(1, math.ceil(u[2] - NOW + 60)))
-    end
+    if #updates > 0 then redis.call('HSET', NS .. 'rl', unpack(updates)) end
   end
 end
 
 -- A tokens-per-minute limiter counted the estimate; the real count replaces it.
 local function settle_rates(spec, used, estimate)
-  for name, per_minute, tokens in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
-    local key = NS .. 'rl:' .. name
-    local tat = tonumber(redis.call('GET', key))
-    if tokens == '1' and tat then
-      local settled = math.max(NOW, tat + (used - estimate) * 60 / tonumber(per_minute))
-      redis.call('SET', key, string.format('%.6f', settled), 'EX', math.max(1, math.ceil(settled - NOW + 60)))
+  local limits, tats = read_rates(spec)
+  local updates = {}
+  for i, l in ipairs(limits) do
+    if l[3] and tats[i] then
+      updates[#updates + 1] = l[1]
+      updates[#updates + 1] = string.format('%.6f', math.max(NOW, tonumber(tats[i]) + (used - estimate) * 60 / l[2]))
     end
   end
+  if #updates > 0 then redis.call('HSET', NS .. 'rl', unpack(updates)) end
 end
 
 -- Put `member` (or nothing, when false) in zset `zkey` as the entry of `slot`. `rescored`: the
