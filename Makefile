@@ -63,11 +63,11 @@ lint: venv-dev
 typecheck: venv-dev
 	$(PY) -m mypy
 
-# Neither the vLLM tier nor the chaos run (tests/chaos: about two minutes of real
-# processes crashing on schedule); `make test` runs both.
+# Neither the vLLM tier, the chaos run (tests/chaos: about two minutes of real
+# processes crashing on schedule) nor the minutes-long tests marked `long`; `make test` runs all.
 test-fast: venv-dev
 	scripts/ensure-redis.sh
-	$(PY) -m pytest -m "not engine and not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not engine and not chaos and not long" $(PYTEST_ARGS)
 
 test-engine: venv-dev engine
 	scripts/ensure-redis.sh

@@ -5,6 +5,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from fairness.models import Tier
 from tests.conftest import start_gateway
@@ -15,6 +16,7 @@ MINUTES = 3.0
 RATE = 100
 
 
+@pytest.mark.long
 def test_a_key_limited_to_100_a_minute_gets_300_in_three_minutes_through_two_gateways(gateway, live_db_url,
                                                                                        cast, replica):
     Tier.objects.filter(name="interactive").update(key_requests_per_minute=RATE)
