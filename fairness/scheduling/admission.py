@@ -6,9 +6,9 @@ waits as a ticket ordered by ``enqueued_at - head_start_seconds`` (linear ageing
 by arrival, so at the exact crossover the request that has waited the whole head start goes first.
 A ticket whose key or pool is at its cap is skipped, not waited on; and time spent behind its own
 key's cap does not age it: when that cap opens, the key's waiting tickets count from then (else a
-key that queues many requests would outrank everyone each time one of its own finished). All decisions are Lua scripts
-(``lua/``, one Redis round trip each), so any number of gateway processes share one consistent
-state; the key layout is documented in ``lua/lib.lua``.
+key that queues many requests would outrank everyone each time one of its own finished). All
+decisions are Lua functions (``lua/``, one Redis round trip each), so any number of gateway
+processes share one consistent state; the key layout is documented in ``lua/lib.lua``.
 
 Per process there is one pub/sub channel (grants are pushed to it and dispatched to the waiting
 coroutine by handle) and, only while this process holds a lease or a ticket, one keeper task that
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from fairness.scheduling import fair_share
 from fairness.scheduling.limits import BudgetWindow, RateLimit, budget_spec, rate_spec
@@ -60,11 +60,33 @@ RESTART_HOLD_SECONDS = 0.5
 _UPKEEP_RETRY_SECONDS = 0.2
 
 
-def _load_scripts() -> dict[str, tuple[str, str]]:
-    """name -> (sha1, text) of each script, the shared library prepended."""
+class _Library(NamedTuple):
+    """The admission scripts as one Redis function library (Redis 7+): lib.lua runs once when it
+    is loaded, not on every call as it would at the head of each EVAL'd script. Its name carries
+    a hash of its text, so processes running different versions each call their own."""
+
+    code: str
+    functions: dict[str, str]  # script name -> function name
+
+
+def _library() -> _Library:
     lib = (_LUA_DIR / "lib.lua").read_text()
-    texts = {name: lib + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPTS}
-    return {name: (hashlib.sha1(text.encode()).hexdigest(), text) for name, text in texts.items()}
+    entries = {entry: (_LUA_DIR / f"{entry}.lua").read_text() for entry in _SCRIPTS}
+    name = "gp_" + hashlib.sha1((lib + "".join(entries.values())).encode()).hexdigest()[:16]
+    functions = {entry: f"{name}_{entry}" for entry in entries}
+    code = [f"#!lua name={name}", lib]
+    for entry, source in entries.items():
+        code += [f"redis.register_function('{functions[entry]}', function(KEYS, ARGV)",
+                 "begin(KEYS, ARGV)", source, "end)"]  # fmt: skip
+    return _Library("\n".join(code), functions)
+
+
+_LIBRARY = _library()
+
+
+def _function_missing(reply: Any) -> bool:
+    """Redis does not know the library: it restarted empty, or its functions were flushed."""
+    return isinstance(reply, ResponseError) and "function not found" in str(reply).lower()
 
 
 @dataclass(frozen=True)
@@ -234,7 +256,6 @@ class Admission:
         # shared with the rest of the process when it passes one in; pub/sub over redis-py's.
         self._lane = lane or RedisLane.like(redis)
         self._owns_lane = lane is None
-        self._scripts = _load_scripts()
         self._waiters: dict[str, asyncio.Future[_Turn]] = {}  # pub/sub dispatch targets
         self._queued: set[str] = set()  # tickets known to be in Redis: the keeper heartbeats them
         self._held: dict[str, Grant] = {}  # leases the keeper renews
@@ -403,7 +424,7 @@ class Admission:
         )  # fmt: skip
 
     async def send(self, *commands: Command) -> list[Any]:
-        """One round trip of these commands; scripts Redis has forgotten are loaded again."""
+        """One round trip of these commands; functions Redis has forgotten are loaded again."""
         return await self._send(*commands)
 
     async def restore_usage(self, usage: Mapping[str, float]) -> bool:
@@ -415,9 +436,11 @@ class Admission:
     async def fair_share_usage(self) -> tuple[dict[str, float], float, dict[str, float]]:
         """Everyone's decayed usage now: (association -> usage, the total, association -> S)."""
         ns = self._ns
-        usage, total, shares, half_life = await self._lane.execute(
-            ("HGETALL", ns + "fu"), ("GET", ns + "fut"), ("HGETALL", ns + "fs"), ("GET", ns + "fhl")
+        stored, shares, half_life = await self._lane.execute(
+            ("HGETALL", ns + "fu"), ("HGETALL", ns + "fs"), ("GET", ns + "fhl")
         )
+        usage = pairs(stored)
+        total = usage.pop("*", None)
         life = float(text(half_life)) if half_life else float(self._half_life)
         now = self._clock()
 
@@ -426,7 +449,7 @@ class Admission:
             return fair_share.decayed(float(amount), float(at), now, life)
 
         return (
-            {name: value(stored) for name, stored in pairs(usage).items()},
+            {name: value(kept) for name, kept in usage.items()},
             value(total) if total else 0.0,
             {name: float(share) for name, share in pairs(shares).items()},
         )
@@ -647,15 +670,18 @@ class Admission:
         return (await self._send(self._eval(name, *args)))[0]
 
     def _eval(self, name: str, *args: str | int | float) -> Command:
-        return ("EVALSHA", self._scripts[name][0], 1, self._ns, *self._args(*args))
+        return ("FCALL", _LIBRARY.functions[name], 1, self._ns, *self._args(*args))
 
     async def _send(self, *commands: Command) -> list[Any]:
-        """One round trip. A script Redis has forgotten (restarted, flushed) is loaded and only
-        that command sent again; any other error reply is raised."""
+        """One round trip. If Redis does not know the functions (restarted empty, flushed), the
+        library is loaded and only the commands that missed are sent again; any other error reply
+        is raised."""
         replies = await self._lane.execute(*commands)
-        forgotten = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        forgotten = [i for i, reply in enumerate(replies) if _function_missing(reply)]
         if forgotten:
-            await self._lane.execute(*(("SCRIPT", "LOAD", text) for _, text in self._scripts.values()))
+            error = first_error(await self._lane.execute(("FUNCTION", "LOAD", "REPLACE", _LIBRARY.code)))
+            if error is not None:
+                raise error
             again = await self._lane.execute(*(commands[i] for i in forgotten))
             for i, reply in zip(forgotten, again, strict=True):
                 replies[i] = reply

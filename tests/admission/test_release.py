@@ -148,13 +148,13 @@ async def test_release_sends_the_callers_commands_in_the_same_round_trip(
         assert await client.lrange(note, 0, -1) == [b"settled"]
 
 
-async def test_release_with_commands_survives_redis_forgetting_its_scripts(
+async def test_release_with_commands_survives_redis_forgetting_its_functions(
     admission: Admission, redis_url: str, prefix: str
 ) -> None:
     await admission.set_capacity(GROUP, 1)
     holder = await admitted(admission, alice)
     async with _client(redis_url) as client:
-        await client.script_flush()  # as after a Redis restart
+        await client.function_flush()  # as after a Redis restart
         await admission.release(holder, also=[("RPUSH", f"{prefix}:note", "settled")])
         assert await client.llen(f"{prefix}:note") == 1
     await assert_idle(admission)

@@ -1,5 +1,7 @@
--- lib.lua: helpers shared by every admission script. Not run on its own: admission.py prepends it
--- to each entry script, so the KEYS/ARGV contract below holds for all of them.
+-- lib.lua: helpers shared by every admission script. Not run on its own: admission.py loads it
+-- once as the head of a Redis function library, and registers each entry script as a function of
+-- it that calls begin(KEYS, ARGV) first, so the contract below holds for all of them. (Loaded once,
+-- the helpers' closures are not built again on every call, as a script's would be.)
 --
 -- KEYS[1]  namespace, e.g. "gp:{adm}:". Every key touched is KEYS[1] .. suffix, so all of them
 --          share the {adm} hash tag (one Redis Cluster slot); KEYS[1] routes the call there.
@@ -34,7 +36,8 @@
 --   pe:p                         zset h -> enqueued_at, for the longest wait
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
---   fu  fut                      hash association -> "usage|valued_at"; everyone's, likewise
+--   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
+--                                likewise (association names are numbers)
 --   fs  fhl                      hash association -> normalised share S; the half-life (s). The
 --                                latest demand states both.
 --   ak:a                         set: keys of association a with queued tickets, whose stream
@@ -51,15 +54,22 @@
 -- slots are the sum of its replicas' (a replica holding more than its slots, after it shrank or
 -- went down, counts as full, not as negative).
 
-local NS = KEYS[1]
-local NOW = tonumber(ARGV[1])
-local TTL = tonumber(ARGV[2])
-local TICKET_TTL = tonumber(ARGV[3])
-local RESERVE = tonumber(ARGV[4])
-local IDX = NS .. 'idx'
-local DIRTY = {}    -- groups that may now be able to grant: pump them before returning
-local GRANTED = {}  -- handle -> {borrowed, queued_seconds} granted during this call
-local QUIET = nil   -- the caller's own handle: it learns of its grant from the reply, not pub/sub
+-- The call's state. Every entry function sets it afresh through begin: nothing outlives a call.
+local NS, NOW, TTL, TICKET_TTL, RESERVE, IDX
+local DIRTY      -- groups that may now be able to grant: pump them before returning
+local GRANTED    -- handle -> {borrowed, queued_seconds} granted during this call
+local QUIET      -- the caller's own handle: it learns of its grant from the reply, not pub/sub
+local REPLICAS   -- group -> its replica names, read once per call
+local HALF_LIFE  -- the usage half-life, read once per call
+local FACTORS    -- association -> F within this call; cleared by every charge
+
+local function begin(keys, argv)
+  NS = keys[1]
+  NOW, TTL = tonumber(argv[1]), tonumber(argv[2])
+  TICKET_TTL, RESERVE = tonumber(argv[3]), tonumber(argv[4])
+  IDX = NS .. 'idx'
+  DIRTY, GRANTED, QUIET, REPLICAS, HALF_LIFE, FACTORS = {}, {}, nil, {}, nil, {}
+end
 
 local function num(x) return tonumber(x) or 0 end
 
@@ -77,8 +87,6 @@ local function pool_open(pool)
   local cap = redis.call('HGET', NS .. 'pcap', pool)
   return (not cap) or num(redis.call('HGET', NS .. 'pin', pool)) < num(cap)
 end
-
-local REPLICAS = {}  -- group -> its replica names, read once per call
 
 local function replicas_of(group)
   local names = REPLICAS[group]
@@ -159,9 +167,6 @@ end
 
 -- Fair share. Usage is kept as (value, when it was valued) and decayed on reading, so no call
 -- ever walks every association. F = 2^(-U/S), U = usage / everyone's usage.
-local HALF_LIFE = nil
-local FACTORS = {}  -- association -> F within this call; cleared by every charge
-
 local function half_life()
   if not HALF_LIFE then HALF_LIFE = tonumber(redis.call('GET', NS .. 'fhl')) or 604800 end
   return HALF_LIFE
@@ -176,8 +181,8 @@ end
 local function factor(assoc)
   local f = FACTORS[assoc]
   if f then return f end
-  local total = decayed(redis.call('GET', NS .. 'fut'))
-  local usage = decayed(redis.call('HGET', NS .. 'fu', assoc))
+  local stored = redis.call('HMGET', NS .. 'fu', '*', assoc)
+  local total, usage = decayed(stored[1]), decayed(stored[2])
   if total <= 0 or usage <= 0 then f = 1
   else
     local share = num(redis.call('HGET', NS .. 'fs', assoc))
@@ -211,10 +216,11 @@ end
 -- Charge `amount` weighted tokens to `assoc`, then score its waiting stream heads again.
 -- A negative amount settles an estimate that was too high (never below nothing).
 local function charge(assoc, amount)
-  local usage = math.max(0, decayed(redis.call('HGET', NS .. 'fu', assoc)) + amount)
-  redis.call('HSET', NS .. 'fu', assoc, string.format('%.17g|%.6f', usage, NOW))
-  local total = math.max(0, decayed(redis.call('GET', NS .. 'fut')) + amount)
-  redis.call('SET', NS .. 'fut', string.format('%.17g|%.6f', total, NOW))
+  local stored = redis.call('HMGET', NS .. 'fu', assoc, '*')
+  local usage = math.max(0, decayed(stored[1]) + amount)
+  local total = math.max(usage, decayed(stored[2]) + amount)  -- everyone's covers anyone's
+  redis.call('HSET', NS .. 'fu', assoc, string.format('%.17g|%.6f', usage, NOW),
+    '*', string.format('%.17g|%.6f', total, NOW))
   FACTORS = {}
   rescore(assoc)
 end
@@ -234,9 +240,9 @@ end
 local function state_fair_share(assoc, share, half_life_seconds)
   if redis.call('GET', NS .. 'fhl') ~= half_life_seconds then
     redis.call('SET', NS .. 'fhl', half_life_seconds)
-    HALF_LIFE = nil
     FACTORS = {}
   end
+  HALF_LIFE = tonumber(half_life_seconds)
   if assoc ~= '' and redis.call('HGET', NS .. 'fs', assoc) ~= share then
     redis.call('HSET', NS .. 'fs', assoc, share)
     FACTORS[assoc] = nil
