@@ -1,6 +1,7 @@
 """The gateway holds the queue, not the engine: a real vLLM never sees more than its slots."""
 
 import asyncio
+import time
 
 import httpx
 from django.contrib.auth import get_user_model
@@ -35,6 +36,19 @@ def group() -> dict:
     return admission_stats()["groups"].get(TINY, {"in_flight": 0, "queued": 0})
 
 
+async def all_running(tasks: list[asyncio.Task], gateway, timeout: float = 60.0) -> None:
+    """Until all of `tasks` hold a slot at once; one answered first fails at once, saying how."""
+    deadline = time.monotonic() + timeout
+    while await asyncio.to_thread(lambda: group()["in_flight"]) < len(tasks):
+        answered = [task.result() for task in tasks if task.done() and not task.exception()]
+        failed = [task.exception() for task in tasks if task.done() and task.exception()]
+        if answered or failed or time.monotonic() > deadline:
+            said = [(r.status_code, r.text[:200]) for r in answered] + [repr(e) for e in failed]
+            raise AssertionError(f"not all {len(tasks)} running; answered: {said}; admission: "
+                                 f"{await asyncio.to_thread(admission_stats)}\n{gateway.log_tail()}")
+        await asyncio.sleep(0.02)
+
+
 def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vllm_pair):
     engine = vllm_pair[0]
     Replica.objects.create(name="vllm-fcfs", base_url=engine.base_url, model=TINY, max_num_seqs=8)
@@ -55,7 +69,7 @@ def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vl
             # The first eight run long (most of the 1,024-token context), so all of them are still
             # running when the gateway, sharing two cores with the engine, has admitted the last.
             first = [send(secret, FIRST_TOKENS) for secret in secrets[:4] for _ in range(2)]
-            await wait_async(lambda: group()["in_flight"] == 8, timeout=60)
+            await all_running(first, gateway)
             second = [send(secret, SECOND_TOKENS) for secret in secrets[4:] for _ in range(2)]
             await wait_async(lambda: group()["queued"] == 8, timeout=60)  # held by the gateway
             return await asyncio.gather(*first, *second)
