@@ -16,6 +16,7 @@ venv: $(VENV)/.installed
 venv-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed: requirements.lock
+	scripts/ensure-build-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q --require-hashes -r requirements.lock

@@ -161,9 +161,44 @@ if GP_OIDC_ISSUER and not GP_OIDC_CLIENT_ID:
 GP_LOCAL_SIGNIN = envstr("GP_LOCAL_SIGNIN", "all").strip().lower()
 if GP_LOCAL_SIGNIN not in ("all", "staff"):
     raise ImproperlyConfigured(f"GP_LOCAL_SIGNIN={GP_LOCAL_SIGNIN!r}: use all or staff")
+# Sign-in with the institution's LDAP directory, on the password form (README, "Sign in with LDAP";
+# fairness/portal/ldap_backend.py). Nothing is fetched here: a directory that is down must not stop
+# the portal from starting.
+GP_LDAP_SERVER_URI = envstr("GP_LDAP_SERVER_URI", "").strip()
+GP_LDAP_BIND_DN = envstr("GP_LDAP_BIND_DN", "")
+GP_LDAP_BIND_PASSWORD = envstr("GP_LDAP_BIND_PASSWORD", "")
+GP_LDAP_USER_SEARCH_BASE = envstr("GP_LDAP_USER_SEARCH_BASE", "")
+GP_LDAP_USER_FILTER = envstr("GP_LDAP_USER_FILTER", "(uid=%(user)s)")
+GP_LDAP_GROUP_SEARCH_BASE = envstr("GP_LDAP_GROUP_SEARCH_BASE", "")
+GP_LDAP_GROUP_TYPE = envstr("GP_LDAP_GROUP_TYPE", "groupOfNames").strip()
+GP_LDAP_START_TLS = envbool("GP_LDAP_START_TLS", False)
+GP_LDAP_TIMEOUT_SECONDS = envfloat("GP_LDAP_TIMEOUT_SECONDS", 10.0)
+GP_LDAP_SYNC_SECONDS = envfloat("GP_LDAP_SYNC_SECONDS", 3600.0)
+if GP_LDAP_SERVER_URI:
+    if not GP_LDAP_SERVER_URI.startswith(("ldap://", "ldaps://")):
+        raise ImproperlyConfigured(f"GP_LDAP_SERVER_URI={GP_LDAP_SERVER_URI!r}: use ldap://host[:port] or ldaps://…")
+    if not GP_LDAP_USER_SEARCH_BASE.strip():
+        raise ImproperlyConfigured("GP_LDAP_SERVER_URI is set but GP_LDAP_USER_SEARCH_BASE is not.")
+    if not GP_LDAP_GROUP_SEARCH_BASE.strip():
+        raise ImproperlyConfigured("GP_LDAP_SERVER_URI is set but GP_LDAP_GROUP_SEARCH_BASE is not: without "
+                                   "groups nobody has access.")
+    if "%(user)s" not in GP_LDAP_USER_FILTER:
+        raise ImproperlyConfigured(f"GP_LDAP_USER_FILTER={GP_LDAP_USER_FILTER!r} must contain %(user)s, "
+                                   "e.g. (uid=%(user)s)")
+    if GP_LDAP_BIND_PASSWORD and not GP_LDAP_BIND_DN:
+        raise ImproperlyConfigured("GP_LDAP_BIND_PASSWORD is set but GP_LDAP_BIND_DN is not.")
+    if GP_LDAP_START_TLS and GP_LDAP_SERVER_URI.startswith("ldaps://"):
+        raise ImproperlyConfigured("GP_LDAP_START_TLS is for ldap:// addresses: ldaps:// is encrypted already.")
+if GP_LDAP_GROUP_TYPE not in ("groupOfNames", "posixGroup"):
+    raise ImproperlyConfigured(f"GP_LDAP_GROUP_TYPE={GP_LDAP_GROUP_TYPE!r}: use groupOfNames or posixGroup")
+if GP_LDAP_TIMEOUT_SECONDS <= 0 or GP_LDAP_SYNC_SECONDS <= 0:
+    raise ImproperlyConfigured("GP_LDAP_TIMEOUT_SECONDS and GP_LDAP_SYNC_SECONDS must be more than 0.")
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if GP_OIDC_ISSUER:
     AUTHENTICATION_BACKENDS.append("fairness.portal.oidc_backend.SsoBackend")
+if GP_LDAP_SERVER_URI:
+    # After the local accounts: a local password signs its account in without asking the directory.
+    AUTHENTICATION_BACKENDS.append("fairness.portal.ldap_backend.DirectoryBackend")
 # mozilla-django-oidc's own settings, from ours. PKCE on top of state and nonce; the ID token's
 # signature is checked against the provider's JWKS (RS256, what Keycloak and Entra ID sign with).
 OIDC_RP_CLIENT_ID = GP_OIDC_CLIENT_ID
@@ -242,6 +277,11 @@ CELERY_BEAT_SCHEDULE = {
     # One e-mail per key a week before it expires (fairness/telemetry/key_expiry.py).
     "notify-expiring-keys": {"task": "fairness.notify_expiring_keys", "schedule": 3600.0},
 }
+# The directory's people: those gone deactivated, the rest's groups followed (fairness/portal/ldap_sync.py).
+# The task lives with the portal (it acts as the sign-in does), so the worker imports it by name.
+CELERY_IMPORTS = ["fairness.portal.ldap_sync"]
+if GP_LDAP_SERVER_URI:
+    CELERY_BEAT_SCHEDULE["sync-ldap-users"] = {"task": "fairness.sync_ldap_users", "schedule": GP_LDAP_SYNC_SECONDS}
 
 # Researchers' own keys on /me/keys/ (fairness/portal/self_service.py): live keys one person may
 # hold before they must revoke one to make another (keys staff issue count too).

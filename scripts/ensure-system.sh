@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Debian packages the portal and its tests need: redis-server, chromium for browser tests, and
-# Node.js with npm for the OpenID provider the sign-in tests run against.
+# Debian packages the portal and its tests need: what pip builds with (ensure-build-deps.sh),
+# redis-server, chromium for browser tests, Node.js with npm for the OpenID provider the sign-in
+# tests run against, and slapd with its tools for the LDAP tests.
 set -euo pipefail
+"$(dirname "$0")/ensure-build-deps.sh"
 
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+[ -x /usr/sbin/slapd ] || missing+=(slapd)
+command -v ldapadd >/dev/null || missing+=(ldap-utils)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
@@ -18,3 +22,5 @@ echo "Installing ${missing[*]} ..."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The tests run slapd themselves, on a free port with a directory of their own (tests/ldap):
+# a system slapd the package may have started serves nothing they use.

@@ -93,12 +93,14 @@ def _too_many(request: HttpRequest, retry_after: int) -> HttpResponse:
 
 
 class LocalSignInForm(AuthenticationForm):
-    """The password form; with GP_LOCAL_SIGNIN=staff, for staff only (researchers use SSO).
-    A right password of a non-staff user is refused like a wrong one, and counts as one."""
+    """The password form; with GP_LOCAL_SIGNIN=staff, local passwords are for staff only
+    (researchers use SSO, or their directory password: the LDAP backend's users pass). A right
+    local password of a non-staff user is refused like a wrong one, and counts as one."""
 
     def confirm_login_allowed(self, user) -> None:
         super().confirm_login_allowed(user)
-        if settings.GP_LOCAL_SIGNIN == "staff" and not user.is_staff:
+        from_directory = getattr(user, "backend", "") == "fairness.portal.ldap_backend.DirectoryBackend"
+        if settings.GP_LOCAL_SIGNIN == "staff" and not user.is_staff and not from_directory:
             raise ValidationError("Sign in with your institution's account: passwords are for staff only here.",
                                   code="staff_only")
 
