@@ -23,6 +23,7 @@ import jwt
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from fairness.portal import actions, group_sync
@@ -135,6 +136,12 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
                                 "Start again from the sign-in page.") from exc
         except requests.RequestException as exc:
             raise ProviderUnavailable(f"It did not answer ({exc.__class__.__name__}).") from exc
+
+    def get_user(self, user_id):
+        # ModelBackend's, not the library's (which skips is_active): the session of someone
+        # deactivated, by staff or by a sign-in that found them in no mapped group, ends at its
+        # next request, as a password sign-in's does.
+        return ModelBackend.get_user(self, user_id)
 
     def get_payload_data(self, token, key):
         """The library checks the signature and expiry; we add the issuer and the audience."""
