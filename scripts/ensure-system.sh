@@ -12,15 +12,6 @@ command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 [ -x /usr/sbin/slapd ] || missing+=(slapd)
 command -v ldapadd >/dev/null || missing+=(ldap-utils)
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "Missing system packages: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}" >&2
-    exit 1
-fi
-echo "Installing ${missing[*]} ..."
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"$(dirname "$0")/apt-install.sh" ${missing[@]+"${missing[@]}"}
 # The tests run slapd themselves, on a free port with a directory of their own (tests/ldap):
 # a system slapd the package may have started serves nothing they use.
