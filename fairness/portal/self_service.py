@@ -64,6 +64,8 @@ def max_keys() -> int:
 
 def refusal(user: User, tier: Tier | None, now: dt.datetime) -> str:
     """Why `user` may not make a key now ("" when they may)."""
+    if not user.is_active:  # deactivated since this request signed in (the row is read locked)
+        return "Your account is no longer active: ask staff if that is a mistake."
     if tier is None:
         return ("Your first key is issued by staff: you have no live key yet, and none of your accounts "
                 "comes with a tier for keys you make yourself.")

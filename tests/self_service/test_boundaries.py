@@ -142,3 +142,12 @@ def test_signed_out_visitors_are_sent_to_sign_in(client, cast):
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
     key.refresh_from_db()
     assert key.revoked_at is None
+
+
+def test_someone_deactivated_after_signing_in_is_refused_not_an_error(alice):
+    # The request was let in as active; staff deactivate them before the key is made.
+    researcher = User.objects.get(username="alice")
+    User.objects.filter(pk=researcher.pk).update(is_active=False)
+    with pytest.raises(self_service.Refused, match="no longer active"):
+        self_service.issue_own(Actor(researcher), "late", 30)
+    assert live_count("alice") == 1
