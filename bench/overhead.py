@@ -1,7 +1,8 @@
 """What the gateway costs per request, beside going straight to the engine and beside LiteLLM's
 proxy (per-key max_parallel_requests, Redis), all against one enginesim in --instant mode.
 
-    .venv/bin/python -m bench.overhead [--quick] [--load-processes N] [--no-profile]
+    .venv/bin/python -m bench.overhead [--quick] [--rounds N] [--load-processes N] [--no-profile]
+                                       [--baseline TREE]
 
 Systems, measured in turn (rotated every round, so the box's other work hits all alike):
   direct        straight to the engine
@@ -10,6 +11,8 @@ Systems, measured in turn (rotated every round, so the box's other work hits all
                 requests and tokens) and a model list, all set far above what the run uses
   gateway×2     two gateway processes (each worker spreads its requests over both)
   litellm×1     LiteLLM's proxy (bench/overhead_litellm.py), one worker
+  before×1      with --baseline TREE: the gateway of an earlier checkout (bench/overhead_baseline.py),
+                one worker, its keys in the same tier: what the code since then costs
 Phases: non-streaming chats (16 tokens) at concurrency 1, 16, 64; streamed chats of 256 chunks at
 concurrency 1 and 16 (enginesim --instant writes a whole stream at once, so any gap between
 chunks at the client is the proxy's doing); "paced" streams from a timed enginesim (about 10 ms
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -37,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import overhead_litellm, overhead_profile, overhead_report, report
-from bench.harness import LOGS, ROOT, EngineSpec, Portal, cleanup_on_sigterm, portal
+from bench import overhead_baseline, overhead_litellm, overhead_profile, overhead_report, report
+from bench.harness import LOGS, ROOT, EngineSpec, Portal, cleanup_on_sigterm, portal, setup_django
 from bench.overhead_client import LoadGenerators, PhaseResult, PhaseSpec, chat_body
 from bench.overhead_sys import Accounts, find_process, rss_bytes, with_descendants
 from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
@@ -268,7 +272,7 @@ def _sleep_until(t: float) -> None:
 
 
 @contextlib.contextmanager
-def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
+def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
     members = {name: "bench" for name in BENCH_KEYS} | {name: "limited" for name in LIMITED_KEYS} | {
         CAPPED_KEY: "capped"}
     with contextlib.ExitStack() as stack:
@@ -311,16 +315,24 @@ def setup(cfg: Config, litellm: Path) -> Iterator[Bench]:
                    (g0.process.pid, g1.process.pid), 2),
             System("litellm×1", "litellm", (ll.url,), bench_secrets, (ll.pid,), 1),
         ]
+        if baseline is not None:
+            print(f"starting the baseline gateway from {baseline} ...", flush=True)
+            before, before_secrets = stack.enter_context(overhead_baseline.baseline_gateway(
+                baseline, workdir=setup_django().tmpdir, redis_url=p.redis_url.rsplit("/", 1)[0] + "/2",
+                tier=TIERS["bench"], replicas=[(MODEL, engine.url, 1024), (TIMED_MODEL, timed.url, 64)],
+                users=BENCH_KEYS,
+            ))
+            systems.append(System("before×1", "ours", (str(before.url),), before_secrets, (before.process.pid,), 1))
         yield Bench(cfg, gens, systems, engine, timed, find_process("redis-server", f":{redis_port}"),
                     secrets[CAPPED_KEY], bench_secrets)
 
 
-def _commit() -> str:
+def _commit(tree: Path = ROOT) -> str:
     """The gateway code measured: HEAD, marked when the work tree differs from it."""
     import subprocess
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+        done = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
                               check=False)
         return done.stdout.strip()
 
@@ -328,10 +340,13 @@ def _commit() -> str:
     return git("rev-parse", "--short", "HEAD") + (" (modified)" if dirty else "")
 
 
-def run(cfg: Config, litellm: Path, pyspy: Path | None) -> dict[str, Any]:
+def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -> dict[str, Any]:
     results: dict[str, Any] = {"config": cfg.__dict__, "commit": _commit()}
     print(f"measuring the gateway at {results['commit']}", flush=True)
-    with setup(cfg, litellm) as bench:
+    if baseline is not None:
+        results["baseline"] = {"tree": str(baseline), "commit": _commit(baseline)}
+        print(f"beside the baseline at {results['baseline']['commit']}", flush=True)
+    with setup(cfg, litellm, baseline) as bench:
         results["systems"] = {s.name: {"kind": s.kind, "workers": s.workers, "urls": s.urls}
                               for s in bench.systems}
         results["litellm_version"] = overhead_litellm.LITELLM_VERSION
@@ -376,13 +391,18 @@ def main(argv: list[str] | None = None) -> int:
                              "see the calibration line)")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--name", default="overhead", help="results file name")
+    parser.add_argument("--rounds", type=int, help="rounds of every phase (default: 1 with --quick, else 3)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="also measure the gateway of this earlier checkout (git worktree add TREE COMMIT)")
     args = parser.parse_args(argv)
     cleanup_on_sigterm()
     cfg = Config.make(args.quick, args.load_processes)
+    if args.rounds:
+        cfg = dataclasses.replace(cfg, rounds=args.rounds)
     litellm = overhead_litellm.ensure_venv()
     pyspy = None if args.no_profile else overhead_profile.ensure_pyspy()
     started = time.monotonic()
-    results = run(cfg, litellm, pyspy)
+    results = run(cfg, litellm, pyspy, args.baseline)
     results["targets"] = overhead_report.targets(results)
     results["elapsed_s"] = time.monotonic() - started
     print()

@@ -8,7 +8,7 @@ from typing import Any
 from bench.report import figure, save_figure
 
 COLORS = {"direct": "#7f7f7f", "gateway×1": "#1f77b4", "gateway×2": "#17becf",
-          "litellm×1": "#d62728"}
+          "litellm×1": "#d62728", "before×1": "#9467bd"}
 
 
 def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str,

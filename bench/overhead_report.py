@@ -156,6 +156,18 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def _baseline_targets(results: dict[str, Any], ours1: dict[str, Any]) -> list[Target]:
+    """With --baseline: what the code since that commit adds to a request at c=1 (the fair-share
+    and budget work's own target, measured from the commit before it began)."""
+    before1 = _get(results, "non_streaming", 1, "before×1")
+    if not before1:
+        return []
+    commit = results.get("baseline", {}).get("commit")
+    return [target(f"added latency p50, c=1, since {commit} (gateway×1 − before×1)",
+                   _difference(ours1.get("latency_ms", {}).get("p50"), before1.get("latency_ms", {}).get("p50")),
+                   "<=", 0.1, " ms", f"before×1 p50 {fmt(before1.get('latency_ms', {}).get('p50'))} ms")]
+
+
 def targets(results: dict[str, Any]) -> list[Target]:
     ours1 = _get(results, "non_streaming", 1, "gateway×1")
     limits1 = _get(results, "non_streaming", 1, "limits×1")
@@ -177,6 +189,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
         target("budget + rate limits + model list: added latency p50, c=1 (limits×1 − gateway×1)",
                _difference(limits1.get("latency_ms", {}).get("p50"), ours1.get("latency_ms", {}).get("p50")),
                "<=", 0.1, " ms", f"gateway×1 p50 {fmt(ours1.get('latency_ms', {}).get('p50'))} ms"),
+        *_baseline_targets(results, ours1),
         target("req/s per worker at c=64: gateway×1 / litellm×1",
                ratio(ours64.get("rps_per_worker"), ll64.get("rps_per_worker")), ">=", 5.0, "×",
                f"{fmt(ours64.get('rps_per_worker'))} vs {fmt(ll64.get('rps_per_worker'))} req/s; "

@@ -28,7 +28,7 @@ def database_url(settings_dict: dict) -> str:
 
 
 class GatewayProcess:
-    def __init__(self, port: int, env: dict[str, str], log_path: Path, workers: int = 1) -> None:
+    def __init__(self, port: int, env: dict[str, str], log_path: Path, workers: int = 1, root: Path = ROOT) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
@@ -46,7 +46,7 @@ class GatewayProcess:
             command += ["--workers", str(workers)]
         self.process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=root,  # another checkout's, for a benchmark's baseline
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
