@@ -8,8 +8,11 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.storage import storages
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models
+from django.db import models, transaction
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 model_name_validator = RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")
@@ -561,3 +564,45 @@ class AdminToken(Credential, models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+
+
+BATCH_FILES_STORAGE = "batch_files"  # the STORAGES entry batch files are kept in
+
+
+class BatchFileQuerySet(models.QuerySet["BatchFile"]):
+    def of_owner(self, owner_id: int) -> BatchFileQuerySet:
+        """The files one person's keys may see: any key of theirs, nobody else's."""
+        return self.filter(owner_id=owner_id)
+
+
+class BatchFile(models.Model):
+    """A file uploaded through /v1/files (OpenAI's Files API), for the Batch API. It belongs to the
+    key's owner, not the key: any of their keys reads it. The content is in the batch_files storage
+    under `stored_name`, a random name that never comes from the client."""
+
+    public_id = models.CharField(max_length=40, unique=True, editable=False, help_text='"file-…", as the API shows it.')
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="batch_files")
+    uploaded_with = models.ForeignKey(
+        "ApiKey", models.SET_NULL, null=True, blank=True, related_name="+", help_text="The key that uploaded it."
+    )
+    purpose = models.CharField(max_length=32)
+    filename = models.CharField(max_length=255, help_text="As the client named it (its last part only).")
+    bytes = models.PositiveBigIntegerField()
+    stored_name = models.CharField(max_length=255, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = BatchFileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["owner", "purpose", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} ({self.filename})"
+
+
+@receiver(post_delete, sender=BatchFile)
+def _delete_stored_content(sender: type[BatchFile], instance: BatchFile, **kwargs: Any) -> None:
+    """However a row goes (the API, its owner deleted), its content goes too, once that commits."""
+    name = instance.stored_name
+    transaction.on_commit(lambda: storages[BATCH_FILES_STORAGE].delete(name))

@@ -232,6 +232,12 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "gpuportal.static_storage.StaticStorage"},
+    # Batch files (/v1/files, fairness/batch/): a local directory by default; an S3-compatible
+    # store is this entry's BACKEND and OPTIONS (e.g. django-storages' S3Storage) instead.
+    "batch_files": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": envstr("GP_BATCH_FILES_DIR", str(BASE_DIR / "var" / "batch-files"))},
+    },
 }
 # Plotly.js (its basic bundle, vendored in static/vendor) is served by us: the box may be
 # offline, so no CDN.
@@ -286,6 +292,12 @@ if GP_LDAP_SERVER_URI:
 # Researchers' own keys on /me/keys/ (fairness/portal/self_service.py): live keys one person may
 # hold before they must revoke one to make another (keys staff issue count too).
 GP_MAX_KEYS_PER_USER = envint("GP_MAX_KEYS_PER_USER", 5)
+# Batch files (/v1/files, fairness/batch/): the largest one uploaded (413 beyond, the upload
+# streamed to storage, never held in memory), and how many one person may keep.
+GP_MAX_BATCH_FILE_BYTES = envint("GP_MAX_BATCH_FILE_BYTES", 200 * 1024 * 1024)
+GP_MAX_BATCH_FILES_PER_USER = envint("GP_MAX_BATCH_FILES_PER_USER", 100)
+if GP_MAX_BATCH_FILE_BYTES < 1 or GP_MAX_BATCH_FILES_PER_USER < 1:
+    raise ImproperlyConfigured("GP_MAX_BATCH_FILE_BYTES and GP_MAX_BATCH_FILES_PER_USER must be at least 1.")
 
 # The gateway
 GP_MAX_BODY_BYTES = envint("GP_MAX_BODY_BYTES", 4 * 1024 * 1024)

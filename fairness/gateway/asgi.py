@@ -28,22 +28,33 @@ import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.exceptions
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 
 from fairness.gateway import views
+from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
+from fairness.gateway.streamed_body import (
+    BodyStream,
+    BodyTimedOut,
+    StreamedRequest,
+    StreamedRoute,
+    find_route,
+    too_large,
+)
 from fairness.gateway.views import GatewayRequest
+from fairness.scheduling.directory import ReplicaDirectory
 
 log = logging.getLogger(__name__)
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 View = Callable[[GatewayRequest, GatewayRuntime], Awaitable[HttpResponseBase]]
+AnyRequest = TypeVar("AnyRequest", GatewayRequest, StreamedRequest)
 
 PREFIX = "/v1/"
 ROUTES: dict[str, View] = {
@@ -68,14 +79,14 @@ def route(path: str) -> View | None:
     return None
 
 
-class _BodyTimedOut(Exception):
-    pass
-
-
 class GatewayApp:
-    """The ASGI application for /v1/ and the lifespan, holding this process's runtime."""
+    """The ASGI application for /v1/ and the lifespan, holding this process's runtime.
 
-    def __init__(self) -> None:
+    `streamed_routes` adds routes whose view reads the body itself (gateway/streamed_body.py),
+    looked up only for a path the fixed routes do not serve."""
+
+    def __init__(self, streamed_routes: dict[str, StreamedRoute] | None = None) -> None:
+        self.streamed_routes = streamed_routes or {}
         self.runtime: GatewayRuntime | None = None
         self._requests: set[asyncio.Task[Any]] = set()
         self._grace: asyncio.TimerHandle | None = None
@@ -143,25 +154,51 @@ class GatewayApp:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         request_id = "req-" + uuid.uuid4().hex
         view = route(scope["path"])
+        if view is None and (streamed := find_route(self.streamed_routes, scope["path"])) is not None:
+            return await self._serve_streamed(streamed, scope, receive, send, request_id)
         try:
             if view is None:
                 raise ApiError(404, f"Unknown endpoint {scope['path']}.", "unknown_url")
             request = await self._read_request(scope, receive, request_id)
-        except _BodyTimedOut:
-            timeout = settings.GP_CLIENT_BODY_TIMEOUT_SECONDS
-            error = ApiError(
-                408, f"The request body did not arrive within {timeout:g} s.", "request_timeout"
-            )
-            # The rest of the body may never come: the connection cannot carry another request.
-            await _send_response(error.response(), send, request_id, close=True)
+        except BodyTimedOut:
+            await _send_response(_body_timed_out(), send, request_id)
             return
         except Exception as exc:
             await _send_response(_failure(exc, request_id), send, request_id)
             return
         if request is None:
             return  # gone before we could answer
+        await self._answer_until_disconnect(view, request, send, _until_disconnect(receive))
+
+    async def _serve_streamed(
+        self, streamed: StreamedRoute, scope: dict[str, Any], receive: Receive, send: Send, request_id: str
+    ) -> None:
+        """A streamed route: the key checked from the headers, then the view reads the body."""
+        try:
+            headers, key, directory = await self._authenticate(scope)
+            declared = headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > streamed.max_body_bytes:
+                raise too_large(streamed.max_body_bytes)
+        except Exception as exc:
+            await _send_response(_failure(exc, request_id), send, request_id)
+            return
+        body = BodyStream(receive, streamed.max_body_bytes, settings.GP_CLIENT_BODY_TIMEOUT_SECONDS)
+        request = StreamedRequest(
+            method=scope["method"], path=scope["path"], query_string=scope["query_string"].decode("latin-1"),
+            headers=headers, body=body, request_id=request_id, key=key, directory=directory,
+        )  # fmt: skip
+        await self._answer_until_disconnect(streamed.view, request, send, body.pump())
+
+    async def _answer_until_disconnect(
+        self,
+        view: Callable[[AnyRequest, GatewayRuntime], Awaitable[HttpResponseBase]],
+        request: AnyRequest,
+        send: Send,
+        watch: Awaitable[None],
+    ) -> None:
+        """Answer the request, cancelling the view if `watch` sees the client leave first."""
         answering = asyncio.ensure_future(self._answer(view, request, send))
-        watching = asyncio.ensure_future(_until_disconnect(receive))
+        watching = asyncio.ensure_future(watch)
         self._requests.add(answering)
         answering.add_done_callback(self._requests.discard)
         try:
@@ -174,19 +211,13 @@ class GatewayApp:
                     try:
                         await task
                     except Exception:
-                        log.exception("proxy request %s failed", request_id)
+                        log.exception("proxy request %s failed", request.request_id)
 
     async def _read_request(
         self, scope: dict[str, Any], receive: Receive, request_id: str
     ) -> GatewayRequest | None:
         """The request, its key checked before its body is read; None if the client left."""
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in reversed(scope["headers"])  # the first of repeats wins
-        }
-        runtime = self._runtime()
-        directory = await runtime.refresh()  # a changed config epoch clears the key cache first
-        key = await runtime.keys.authenticate(headers.get("authorization"))
+        headers, key, directory = await self._authenticate(scope)
         body = await _read_body(receive, headers.get("content-length"))
         if body is None:
             return None
@@ -195,7 +226,23 @@ class GatewayApp:
             request_id=request_id, key=key, directory=directory,
         )  # fmt: skip
 
-    async def _answer(self, view: View, request: GatewayRequest, send: Send) -> None:
+    async def _authenticate(self, scope: dict[str, Any]) -> tuple[dict[str, str], KeyInfo, ReplicaDirectory]:
+        """The request's headers, and its key checked from them (ApiError 401 if not valid)."""
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in reversed(scope["headers"])  # the first of repeats wins
+        }
+        runtime = self._runtime()
+        directory = await runtime.refresh()  # a changed config epoch clears the key cache first
+        key = await runtime.keys.authenticate(headers.get("authorization"))
+        return headers, key, directory
+
+    async def _answer(
+        self,
+        view: Callable[[AnyRequest, GatewayRuntime], Awaitable[HttpResponseBase]],
+        request: AnyRequest,
+        send: Send,
+    ) -> None:
         tracked = _TrackedSend(send)
         try:
             await _send_response(await self._respond(view, request), tracked, request.request_id)
@@ -214,7 +261,9 @@ class GatewayApp:
             elif tracked.streaming:
                 await send({"type": "http.response.body", "body": error.sse_event()})
 
-    async def _respond(self, view: View, request: GatewayRequest) -> HttpResponseBase:
+    async def _respond(
+        self, view: Callable[[AnyRequest, GatewayRuntime], Awaitable[HttpResponseBase]], request: AnyRequest
+    ) -> HttpResponseBase:
         """The view's answer; every failure becomes an OpenAI-shaped error."""
         try:
             return await view(request, self._runtime())
@@ -250,6 +299,8 @@ def _failure(exc: Exception, request_id: str) -> HttpResponse:
     the except block: it logs the traceback of what was unexpected)."""
     if isinstance(exc, ApiError):
         return exc.response()
+    if isinstance(exc, BodyTimedOut):  # a streamed route's body stopped coming
+        return _body_timed_out()
     if isinstance(exc, redis.exceptions.RedisError):
         _STORE_FAILURES.report(exc)
         return ApiError(
@@ -262,10 +313,10 @@ def _failure(exc: Exception, request_id: str) -> HttpResponse:
 
 async def _read_body(receive: Receive, content_length: str | None) -> bytes | None:
     """The whole body, None if the client left first. 413 past the size limit (at once when the
-    declared length is past it), _BodyTimedOut when it is not whole within the body timeout."""
+    declared length is past it), BodyTimedOut when it is not whole within the body timeout."""
     limit = settings.GP_MAX_BODY_BYTES
     if content_length is not None and content_length.isdigit() and int(content_length) > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     chunks, size = [], 0
     try:
         async with asyncio.timeout(settings.GP_CLIENT_BODY_TIMEOUT_SECONDS):
@@ -276,32 +327,25 @@ async def _read_body(receive: Receive, content_length: str | None) -> bytes | No
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
-                    raise _too_large(limit)
+                    raise too_large(limit)
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return b"".join(chunks)
     except TimeoutError:
-        raise _BodyTimedOut from None
+        raise BodyTimedOut from None
 
 
-def _too_large(limit: int) -> ApiError:
-    return ApiError(
-        413, f"The request body is larger than the limit of {_mebibytes(limit)}; send a smaller one.",
-        "request_too_large",
-    )
+def _body_timed_out() -> HttpResponse:
+    timeout = settings.GP_CLIENT_BODY_TIMEOUT_SECONDS
+    error = ApiError(408, f"The request body did not arrive within {timeout:g} s.", "request_timeout")
+    response = error.response()
+    # The rest of the body may never come: the connection cannot carry another request.
+    response["Connection"] = "close"
+    return response
 
 
-def _mebibytes(size: int) -> str:
-    """A byte count in MiB, as people read it: 4 MiB, 0.5 MiB, 1.25 MiB."""
-    return f"{round(size / 1048576, 2):g} MiB"
-
-
-async def _send_response(
-    response: HttpResponseBase, send: Send, request_id: str, close: bool = False
-) -> None:
+async def _send_response(response: HttpResponseBase, send: Send, request_id: str) -> None:
     response["X-Request-Id"] = request_id
-    if close:
-        response["Connection"] = "close"
     headers = [
         (name.lower().encode("latin-1"), str(value).encode("latin-1"))
         for name, value in response.items()

@@ -22,6 +22,7 @@ from fairness.models import (
     AdminToken,
     ApiKey,
     AuditEntry,
+    BatchFile,
     EngineSample,
     GroupMapping,
     Membership,
@@ -189,3 +190,13 @@ class UsageHourlyAdmin(ReadOnlyAdmin):
 class EngineSampleAdmin(ReadOnlyAdmin):
     list_display = ["replica", "taken_at", "resolution_seconds", "running", "waiting", "generation_tps", "healthy"]
     list_filter = ["replica", "resolution_seconds"]
+
+
+@admin.register(BatchFile)
+class BatchFileAdmin(ReadOnlyAdmin):
+    """Uploaded through /v1/files; their owners delete them there (which removes the content too)."""
+
+    list_display = ["public_id", "owner", "filename", "purpose", "bytes", "created_at"]
+    list_filter = ["purpose"]
+    search_fields = ["public_id", "filename", "owner__username"]
+    exclude = ["stored_name"]
