@@ -167,10 +167,15 @@ PATHS: dict[str, Any] = {
 }
 
 
-def merge_into(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` (an OpenAPI document) with the /v1/ paths and their components added."""
-    schema.setdefault("paths", {}).update(PATHS)
-    components = schema.setdefault("components", {})
-    for section, entries in COMPONENTS.items():
-        components.setdefault(section, {}).update(entries)
+def merge(schema: dict[str, Any], paths: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (an OpenAPI document) with `paths` and `components` added."""
+    schema.setdefault("paths", {}).update(paths)
+    sections = schema.setdefault("components", {})
+    for section, entries in components.items():
+        sections.setdefault(section, {}).update(entries)
     return schema
+
+
+def merge_into(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with the gateway's /v1/ paths and their components added."""
+    return merge(schema, PATHS, COMPONENTS)

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
+from fairness.batch import openapi as batch_openapi
 from fairness.gateway import openapi as gateway_openapi
 from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal import tier_policy
@@ -33,7 +34,7 @@ class PortalApi(NinjaAPI):
         self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
     ) -> Any:
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        return gateway_openapi.merge_into(schema)
+        return batch_openapi.merge_into(gateway_openapi.merge_into(schema))
 
 
 api = PortalApi(

@@ -5,6 +5,7 @@ import re
 
 from django.test import Client
 
+from fairness.batch.routes import streamed_routes
 from fairness.gateway import asgi
 
 
@@ -12,6 +13,9 @@ def test_the_openapi_document_describes_every_v1_route_with_its_key():
     document = Client().get("/api/openapi.json").json()
     documented = set(document["paths"])
     routes = set(asgi.ROUTES) | {prefix + "{model}" for prefix in asgi.PREFIX_ROUTES}
+    batch = set(streamed_routes())  # "/v1/files" and the prefix "/v1/files/" of one file's paths
+    routes |= {path for path in batch if not path.endswith("/")}
+    routes |= {prefix + "{file_id}" for prefix in batch if prefix.endswith("/")} | {"/v1/files/{file_id}/content"}
     assert routes <= documented, routes - documented
     assert any(path.startswith("/api/") for path in documented)  # the JSON API is still there
     for path in routes:
