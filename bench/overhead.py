@@ -185,6 +185,15 @@ class Bench:
         direct = System("direct", "direct", (self.timed.url,), (), (self.timed.pid,), 1)
         return [direct, self.system("gateway×1"), self.system("litellm×1")]
 
+    def paired(self, first: System, second: System, seconds: float) -> dict[str, Any]:
+        """One client at c=1 alternating its requests between two single-worker systems with the
+        same keys: whatever else the box does falls on both alike, request by request."""
+        t0 = time.perf_counter() + self.cfg.warmup + 0.1
+        spec = PhaseSpec(urls=(first.urls[0], second.urls[0]), path=PATH, bodies=_bodies(MODEL, 16, False),
+                         secrets=first.secrets[:1], concurrency=1, measure_from=t0, measure_until=t0 + seconds)
+        result: PhaseResult = self.window(first, [spec], t0, t0 + seconds)["results"][0]
+        return overhead_report.paired_summary(result, first.name, second.name)
+
     def warm(self) -> None:
         bodies = _bodies(MODEL, 16, False)
         for system in self.systems:
@@ -241,7 +250,7 @@ class Bench:
         spec = PhaseSpec(urls=system.urls[:1], path=PATH, bodies=_bodies(MODEL, 16, False),
                          secrets=system.secrets, concurrency=16, measure_from=t0,
                          measure_until=t0 + seconds + 1.5)
-        raw = LOGS / "overhead-profile.txt"
+        raw = LOGS / f"overhead-profile-{system.name.replace('×', 'x')}.txt"
         self.gens.start(spec)
         _sleep_until(t0)
         recorder = overhead_profile.start_recording(pyspy, system.pids[0], seconds, raw, rate)
@@ -317,12 +326,12 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
         ]
         if baseline is not None:
             print(f"starting the baseline gateway from {baseline} ...", flush=True)
-            before, before_secrets = stack.enter_context(overhead_baseline.baseline_gateway(
+            before = stack.enter_context(overhead_baseline.baseline_gateway(
                 baseline, workdir=setup_django().tmpdir, redis_url=p.redis_url.rsplit("/", 1)[0] + "/2",
                 tier=TIERS["bench"], replicas=[(MODEL, engine.url, 1024), (TIMED_MODEL, timed.url, 64)],
-                users=BENCH_KEYS,
+                keys={name: secrets[name] for name in BENCH_KEYS},
             ))
-            systems.append(System("before×1", "ours", (str(before.url),), before_secrets, (before.process.pid,), 1))
+            systems.append(System("before×1", "ours", (str(before.url),), bench_secrets, (before.process.pid,), 1))
         yield Bench(cfg, gens, systems, engine, timed, find_process("redis-server", f":{redis_port}"),
                     secrets[CAPPED_KEY], bench_secrets)
 
@@ -361,6 +370,10 @@ def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -
         print("non-streaming ...", flush=True)
         plain = bench.sweep(_bodies(MODEL, 16, False), False, cfg.concurrency, "plain")
         results["non_streaming"] = overhead_report.pool_levels(plain, bench.systems)
+        if baseline is not None:
+            seconds = cfg.window * cfg.rounds * 4
+            print(f"paired: gateway×1 and before×1 in turn, c=1, {seconds:.0f} s ...", flush=True)
+            results["paired"] = bench.paired(bench.system("gateway×1"), bench.system("before×1"), seconds)
         print(f"streaming {cfg.stream_tokens} chunks ...", flush=True)
         streamed = bench.sweep(_bodies(MODEL, cfg.stream_tokens, True), True,
                                cfg.stream_concurrency, "stream")
@@ -376,6 +389,9 @@ def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -
         if pyspy is not None:
             print(f"profiling gateway×1 for {cfg.profile_seconds:.0f} s ...", flush=True)
             results["profile"] = bench.profile(bench.system("gateway×1"), pyspy)
+            if baseline is not None:
+                print(f"profiling before×1 for {cfg.profile_seconds:.0f} s ...", flush=True)
+                results["profile_baseline"] = bench.profile(bench.system("before×1"), pyspy)
         print(f"memory: {cfg.memory_requests:,} requests through one gateway worker ...",
               flush=True)
         results["memory"] = bench.memory(bench.system("gateway×1"))

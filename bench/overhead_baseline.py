@@ -28,17 +28,19 @@ _SETUP = """
 import json
 from django.contrib.auth import get_user_model
 from fairness.models import Replica, Tier
+from fairness.gateway.api_keys import VISIBLE_CHARS, hash_secret
+from fairness.models import ApiKey
 from fairness.portal.keys import issue_key
 
 spec = json.loads({spec!r})
 tier = Tier.objects.create(name="bench", **spec["tier"])
 for name, url, slots in spec["replicas"]:
     Replica.objects.create(name=name + "-0", base_url=url, model=name, max_num_seqs=slots)
-secrets = []
-for username in spec["users"]:
+for username, secret in zip(spec["users"], spec["secrets"]):
     user = get_user_model().objects.create(username=username)
-    secrets.append(issue_key(user, tier, label="bench " + username)[1])
-print(json.dumps(secrets))
+    key = issue_key(user, tier, label="bench " + username)[0]
+    # Ours' secret: one client can then send the same request to either gateway.
+    ApiKey.objects.filter(pk=key.pk).update(prefix=secret[:VISIBLE_CHARS], secret_hash=hash_secret(secret))
 """
 
 
@@ -52,10 +54,10 @@ def _run(tree: Path, env: Mapping[str, str], *args: str) -> str:
 
 @contextlib.contextmanager
 def baseline_gateway(tree: Path, *, workdir: str, redis_url: str, tier: Mapping[str, Any],
-                     replicas: Sequence[tuple[str, str, int]], users: Sequence[str]
-                     ) -> Iterator[tuple[Any, tuple[str, ...]]]:
-    """The earlier tree's gateway (a tests.gateway_process.GatewayProcess) and its keys' secrets.
-    ``replicas``: (model, engine URL, slots) for each engine it should serve."""
+                     replicas: Sequence[tuple[str, str, int]], keys: Mapping[str, str]) -> Iterator[Any]:
+    """The earlier tree's gateway (a tests.gateway_process.GatewayProcess), its ``keys``
+    (username -> secret) the same secrets as ours. ``replicas``: (model, engine URL, slots) for
+    each engine it should serve."""
     from tests.gateway_process import GatewayProcess
 
     if not (tree / "manage.py").exists():
@@ -69,13 +71,13 @@ def baseline_gateway(tree: Path, *, workdir: str, redis_url: str, tier: Mapping[
         "LOG_LEVEL": "WARNING",
     }
     _run(tree, env, "migrate", "--noinput", "-v", "0")
-    spec = json.dumps({"tier": dict(tier), "replicas": [list(r) for r in replicas], "users": list(users)})
-    printed = _run(tree, env, "shell", "-c", _SETUP.format(spec=spec))
-    secrets = tuple(json.loads(printed.strip().splitlines()[-1]))
+    spec = json.dumps({"tier": dict(tier), "replicas": [list(r) for r in replicas], "users": list(keys),
+                       "secrets": list(keys.values())})
+    _run(tree, env, "shell", "-c", _SETUP.format(spec=spec))
     LOGS.mkdir(parents=True, exist_ok=True)
     port = pick_free_port()
     gateway = GatewayProcess(port, env, LOGS / f"baseline-{port}.log", root=tree)
     try:
-        yield gateway, secrets
+        yield gateway
     finally:
         gateway.stop()

@@ -97,6 +97,7 @@ class PhaseResult:
     stream_spans: array = field(default_factory=lambda: array("d"))  # first to last event
     ttfts: array = field(default_factory=lambda: array("d"))  # sent to first event
     sent_total: int = 0  # every request, warm-up included
+    by_url: dict[int, array] = field(default_factory=dict)  # url index -> latencies, when several
 
     def merge(self, other: PhaseResult) -> None:
         self.completed += other.completed
@@ -109,6 +110,8 @@ class PhaseResult:
         self.stream_spans.extend(other.stream_spans)
         self.ttfts.extend(other.ttfts)
         self.sent_total += other.sent_total
+        for url, latencies in other.by_url.items():
+            self.by_url.setdefault(url, array("d")).extend(latencies)
 
 
 class ProtocolError(Exception):
@@ -273,6 +276,8 @@ async def _worker(spec: PhaseSpec, index: int, quota: list[int], result: PhaseRe
             result.completed += 1
             if spec.keep_latencies:
                 result.latencies.append(done - sent)
+                if len(conns) > 1:  # requests alternate between the urls: a paired comparison
+                    result.by_url.setdefault(u, array("d")).append(done - sent)
             if times:
                 result.events.append(len(times))
                 result.stream_spans.append(times[-1] - times[0])

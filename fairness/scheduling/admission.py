@@ -436,12 +436,10 @@ class Admission:
     async def fair_share_usage(self) -> tuple[dict[str, float], float, dict[str, float]]:
         """Everyone's decayed usage now: (association -> usage, the total, association -> S)."""
         ns = self._ns
-        stored, shares, half_life = await self._lane.execute(
-            ("HGETALL", ns + "fu"), ("HGETALL", ns + "fs"), ("GET", ns + "fhl")
-        )
-        usage = pairs(stored)
-        total = usage.pop("*", None)
-        life = float(text(half_life)) if half_life else float(self._half_life)
+        stored_usage, stored_shares = await self._lane.execute(("HGETALL", ns + "fu"), ("HGETALL", ns + "fs"))
+        usage, shares = pairs(stored_usage), pairs(stored_shares)
+        total, half_life = usage.pop("*", None), shares.pop("*", None)
+        life = float(half_life) if half_life else float(self._half_life)
         now = self._clock()
 
         def value(stored: Any) -> float:
@@ -451,7 +449,7 @@ class Admission:
         return (
             {name: value(kept) for name, kept in usage.items()},
             value(total) if total else 0.0,
-            {name: float(share) for name, share in pairs(shares).items()},
+            {name: float(share) for name, share in shares.items()},
         )
 
     @contextlib.asynccontextmanager

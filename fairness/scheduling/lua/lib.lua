@@ -38,8 +38,8 @@
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
 --                                likewise (association names are numbers)
---   fs  fhl                      hash association -> normalised share S; the half-life (s). The
---                                latest demand states both.
+--   fs                           hash association -> normalised share S; field * holds the
+--                                half-life (s). The latest demand states both.
 --   ak:a                         set: keys of association a with queued tickets, whose stream
 --                                heads are scored again when a's usage changes
 --   fa  fsr                      set: associations with queued tickets; when they were all last
@@ -168,7 +168,7 @@ end
 -- Fair share. Usage is kept as (value, when it was valued) and decayed on reading, so no call
 -- ever walks every association. F = 2^(-U/S), U = usage / everyone's usage.
 local function half_life()
-  if not HALF_LIFE then HALF_LIFE = tonumber(redis.call('GET', NS .. 'fhl')) or 604800 end
+  if not HALF_LIFE then HALF_LIFE = tonumber(redis.call('HGET', NS .. 'fs', '*')) or 604800 end
   return HALF_LIFE
 end
 
@@ -238,12 +238,13 @@ end
 
 -- The latest demand states its association's share and the half-life; a change re-scores.
 local function state_fair_share(assoc, share, half_life_seconds)
-  if redis.call('GET', NS .. 'fhl') ~= half_life_seconds then
-    redis.call('SET', NS .. 'fhl', half_life_seconds)
+  local stated = redis.call('HMGET', NS .. 'fs', '*', assoc ~= '' and assoc or '*')
+  if stated[1] ~= half_life_seconds then
+    redis.call('HSET', NS .. 'fs', '*', half_life_seconds)
     FACTORS = {}
   end
   HALF_LIFE = tonumber(half_life_seconds)
-  if assoc ~= '' and redis.call('HGET', NS .. 'fs', assoc) ~= share then
+  if assoc ~= '' and stated[2] ~= share then
     redis.call('HSET', NS .. 'fs', assoc, share)
     FACTORS[assoc] = nil
     rescore(assoc)
@@ -499,15 +500,18 @@ local function dequeue(handle)
 end
 
 local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate, budgets)
-  redis.call('HSET', NS .. 'l:' .. handle, 'key', key, 'pool', pool, 'group', group,
-    'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW)
+  local fields = {'key', key, 'pool', pool, 'group', group, 'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW}
   if budgets and budgets ~= '' then
-    redis.call('HSET', NS .. 'l:' .. handle, 'bres', budgets, 'best', estimate)
+    fields[#fields + 1] = 'bres'; fields[#fields + 1] = budgets
+    fields[#fields + 1] = 'best'; fields[#fields + 1] = estimate
   end
-  if assoc and assoc ~= '' and num(estimate) > 0 then
-    redis.call('HSET', NS .. 'l:' .. handle, 'a', assoc, 'est', estimate)
-    charge(assoc, num(estimate))
+  local charged = assoc and assoc ~= '' and num(estimate) > 0
+  if charged then
+    fields[#fields + 1] = 'a'; fields[#fields + 1] = assoc
+    fields[#fields + 1] = 'est'; fields[#fields + 1] = estimate
   end
+  redis.call('HSET', NS .. 'l:' .. handle, unpack(fields))
+  if charged then charge(assoc, num(estimate)) end
   redis.call('ZADD', NS .. 'lx', expiry, handle)
   hincr('kin', key, 1); hincr('pin', pool, 1); hincr('gin', group, 1); hincr('rin', replica, 1)
   if borrowed == 1 then hincr('pbin', pool, 1) end
