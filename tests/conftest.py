@@ -17,22 +17,37 @@ from django.db import connections
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.gateway_process import GatewayProcess, database_url
 
-TEST_REDIS_URL = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-# The test process and every process it starts share this Redis database.
-settings.REDIS_URL = TEST_REDIS_URL
-settings.CELERY_BROKER_URL = TEST_REDIS_URL
-settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": TEST_REDIS_URL}}
-
-
 def _neighbour_database(url: str) -> str:
     base, _, db = url.rpartition("/")
     number = int(db) if db.isdigit() else 0
     return f"{base}/{number - 1 if number > 0 else number + 1}"
 
 
+def _for_this_worker(url: str) -> str:
+    """Under pytest-xdist, worker gwN gets databases of its own: the number moved down by 2 * N
+    (gw0 keeps the ones given, 15 and 14 by default; without xdist nothing changes). Tests flush
+    their database."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit() or worker == "gw0":
+        return url
+    base, _, db = url.rpartition("/")
+    number = (int(db) if db.isdigit() else 0) - 2 * int(worker[2:])
+    if number < 0:
+        raise pytest.UsageError(f"{worker}: no Redis database below 0 for it; under pytest-xdist give "
+                                "GP_TEST_REDIS_URL and GP_TEST_QUIET_REDIS_URL high numbers (15 and 14, the defaults)")
+    return f"{base}/{number}"
+
+
+_REDIS_URL_GIVEN = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+TEST_REDIS_URL = _for_this_worker(_REDIS_URL_GIVEN)
+# The test process and every process it starts share this Redis database.
+settings.REDIS_URL = TEST_REDIS_URL
+settings.CELERY_BROKER_URL = TEST_REDIS_URL
+settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": TEST_REDIS_URL}}
+
 # For unit tests of shared, unprefixed keys (health verdicts, the probe lock, the load book):
 # no live process writes here, so the session-long gateway's background loop cannot race them.
-QUIET_REDIS_URL = os.environ.get("GP_TEST_QUIET_REDIS_URL", _neighbour_database(TEST_REDIS_URL))
+QUIET_REDIS_URL = _for_this_worker(os.environ.get("GP_TEST_QUIET_REDIS_URL", _neighbour_database(_REDIS_URL_GIVEN)))
 
 MODEL = "sim"
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
