@@ -17,6 +17,7 @@ from django.db import connections
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.gateway_process import GatewayProcess, database_url
 
+
 def _neighbour_database(url: str) -> str:
     base, _, db = url.rpartition("/")
     number = int(db) if db.isdigit() else 0
