@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
+import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -79,6 +82,22 @@ def route(path: str) -> View | None:
     return None
 
 
+# What the shutdown's own steps may take once the requests have ended (runtime.close bounds its
+# waits for settles and the usage outbox at 5 and 2 s), and, past the grace period, how long the
+# process may take to end at all before it is ended (with the default grace of 30 s, before
+# compose's stop_grace_period of 40 s would kill it without a word).
+_CLOSE_BOUND_SECONDS = 8.0
+_EXIT_MARGIN_SECONDS = 8.0
+
+
+def _exit_stuck(after: float) -> None:
+    """The process did not end `after` s past the signal: say where it is stuck, and end it. Its
+    leases were given back at the cut-off, or expire with their TTL."""
+    log.error("shutting down: still running %g s after the signal; the stacks follow, then exit", after)
+    faulthandler.dump_traceback(all_threads=True)
+    os._exit(1)
+
+
 class GatewayApp:
     """The ASGI application for /v1/ and the lifespan, holding this process's runtime.
 
@@ -107,10 +126,16 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.runtime is not None:
+                    log.info("shutting down: every request has ended; giving back what this process holds")
                     try:
-                        await self.runtime.close()
+                        async with asyncio.timeout(_CLOSE_BOUND_SECONDS):
+                            await self.runtime.close()
+                    except TimeoutError:
+                        log.error("shutting down: giving back did not finish within %g s; leaving it to "
+                                  "the lease TTL", _CLOSE_BOUND_SECONDS)
                     except Exception:
                         log.exception("gateway shutdown failed")
+                log.info("shutting down: done")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -137,6 +162,10 @@ class GatewayApp:
             grace = settings.GP_SHUTDOWN_GRACE_SECONDS
             log.info("shutting down: %d requests in flight get %g s", len(self._requests), grace)
             self._grace = asyncio.get_running_loop().call_later(grace, self._cut_off)
+            # The last resort, on a thread of its own so that a stuck event loop cannot stop it.
+            watchdog = threading.Timer(grace + _EXIT_MARGIN_SECONDS, _exit_stuck, (grace + _EXIT_MARGIN_SECONDS,))
+            watchdog.daemon = True
+            watchdog.start()
 
     def _cut_off(self) -> None:
         self._cutting_off = True

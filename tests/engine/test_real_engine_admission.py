@@ -1,7 +1,6 @@
 """The gateway holds the queue, not the engine: a real vLLM never sees more than its slots."""
 
 import asyncio
-import time
 
 import httpx
 from django.contrib.auth import get_user_model
@@ -10,7 +9,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairness.models import Replica
 from fairness.portal.keys import issue_key
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.fair_sharing.conftest import admission_stats, wait_async
 
 
 def queue_time(text: str) -> tuple[float, float, float]:
@@ -32,23 +30,6 @@ def queue_time(text: str) -> tuple[float, float, float]:
 FIRST_TOKENS, SECOND_TOKENS = 960, 400
 
 
-def group() -> dict:
-    return admission_stats()["groups"].get(TINY, {"in_flight": 0, "queued": 0})
-
-
-async def all_running(tasks: list[asyncio.Task], gateway, timeout: float = 60.0) -> None:
-    """Until all of `tasks` hold a slot at once; one answered first fails at once, saying how."""
-    deadline = time.monotonic() + timeout
-    while await asyncio.to_thread(lambda: group()["in_flight"]) < len(tasks):
-        answered = [task.result() for task in tasks if task.done() and not task.exception()]
-        failed = [task.exception() for task in tasks if task.done() and task.exception()]
-        if answered or failed or time.monotonic() > deadline:
-            said = [(r.status_code, r.text[:200]) for r in answered] + [repr(e) for e in failed]
-            raise AssertionError(f"not all {len(tasks)} running; answered: {said}; admission: "
-                                 f"{await asyncio.to_thread(admission_stats)}\n{gateway.log_tail()}")
-        await asyncio.sleep(0.02)
-
-
 def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vllm_pair):
     engine = vllm_pair[0]
     Replica.objects.create(name="vllm-fcfs", base_url=engine.base_url, model=TINY, max_num_seqs=8)
@@ -66,18 +47,17 @@ def test_sixteen_requests_on_eight_slots_queue_in_the_gateway(gateway, tiers, vl
                     gateway.url + "/v1/completions", json=body, headers={"authorization": f"Bearer {secret}"}
                 ))
 
-            # The first eight run long (most of the 1,024-token context), so all of them are still
-            # running when the gateway, sharing two cores with the engine, has admitted the last.
-            first = [send(secret, FIRST_TOKENS) for secret in secrets[:4] for _ in range(2)]
-            await all_running(first, gateway)
-            second = [send(secret, SECOND_TOKENS) for secret in secrets[4:] for _ in range(2)]
-            await wait_async(lambda: group()["queued"] == 8, timeout=60)  # held by the gateway
-            return await asyncio.gather(*first, *second)
+            # All sixteen at once. No state in between is polled for: the tiny model answers within
+            # seconds, and on two cores busy with the engine a poll can miss a state that brief.
+            tasks = [send(secret, FIRST_TOKENS if index < 4 else SECOND_TOKENS)
+                     for index, secret in enumerate(secrets) for _ in range(2)]
+            return await asyncio.gather(*tasks)
 
     responses = asyncio.run(burst())
     assert [r.status_code for r in responses] == [200] * 16
     assert [r.json()["usage"]["completion_tokens"] for r in responses] == [FIRST_TOKENS] * 8 + [SECOND_TOKENS] * 8
-    assert all(int(r.headers["x-gpuportal-queued-ms"]) > 0 for r in responses[8:])
+    # Eight slots: whichever eight the gateway let through first, the other eight waited in it.
+    assert sum(int(r.headers["x-gpuportal-queued-ms"]) > 0 for r in responses) >= 8
 
     after = queue_time(engine.metrics_text(timeout=60))
     served, waited, waited_long = (a - b for a, b in zip(after, before, strict=True))
