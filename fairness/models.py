@@ -606,3 +606,114 @@ def _delete_stored_content(sender: type[BatchFile], instance: BatchFile, **kwarg
     """However a row goes (the API, its owner deleted), its content goes too, once that commits."""
     name = instance.stored_name
     transaction.on_commit(lambda: storages[BATCH_FILES_STORAGE].delete(name))
+
+
+class BatchStatus(models.TextChoices):
+    """OpenAI's batch statuses: validating → in_progress → finalizing → completed; failed (the
+    input could not be read at all), expired (the window ended first), cancelling → cancelled."""
+
+    VALIDATING = "validating"
+    FAILED = "failed"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+
+class BatchQuerySet(models.QuerySet["Batch"]):
+    def of_owner(self, owner_id: int) -> BatchQuerySet:
+        return self.filter(owner_id=owner_id)
+
+    def unfinished(self) -> BatchQuerySet:
+        """Batches a runner still has work on (finalizing too: a runner that died there left it)."""
+        return self.filter(status__in=Batch.UNFINISHED)
+
+
+class Batch(models.Model):
+    """A batch created through /v1/batches (OpenAI's Batch API): the lines of its input file, run
+    by the batch runner (fairness/batch/runner.py) through admission as requests of `api_key`."""
+
+    UNFINISHED = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING, BatchStatus.CANCELLING)
+
+    public_id = models.CharField(
+        max_length=40, unique=True, editable=False, help_text='"batch_…", as the API shows it.'
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="batches")
+    api_key = models.ForeignKey(
+        "ApiKey", models.CASCADE, related_name="batches", help_text="The key it was created with, and runs as."
+    )
+    input_file = models.ForeignKey(BatchFile, models.SET_NULL, null=True, blank=True, related_name="+")
+    input_file_public_id = models.CharField(max_length=40, help_text="Kept after the input file is deleted.")
+    endpoint = models.CharField(max_length=40)
+    completion_window = models.CharField(max_length=8, default="24h")
+    metadata = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=BatchStatus.choices, default=BatchStatus.VALIDATING)
+    errors = models.JSONField(null=True, blank=True, help_text="Why the batch failed, as OpenAI's errors list.")
+    output_file = models.ForeignKey(BatchFile, models.SET_NULL, null=True, blank=True, related_name="+")
+    error_file = models.ForeignKey(BatchFile, models.SET_NULL, null=True, blank=True, related_name="+")
+    total = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    in_progress_at = models.DateTimeField(null=True, blank=True)
+    finalizing_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    cancelling_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    # The runner that holds it: a token, and when it last said it still did. Another runner takes
+    # it over once that is older than GP_BATCH_CLAIM_SECONDS (its runner died).
+    runner = models.CharField(max_length=64, blank=True, editable=False)
+    runner_seen_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = BatchQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["owner", "id"]), models.Index(fields=["status"])]
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        return f"{self.public_id} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in self.UNFINISHED
+
+
+class BatchLineState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"  # answered 200: in the output file
+    FAILED = "failed"  # invalid, refused or answered an error: in the error file
+
+
+class BatchLine(models.Model):
+    """One request of a batch's input file, and what became of it. `attempt` counts the times a
+    runner started it: a result is written only by the attempt that is current, so a line
+    completes once however often runners die and resume it."""
+
+    batch = models.ForeignKey(Batch, models.CASCADE, related_name="lines")
+    index = models.PositiveIntegerField(help_text="Its line in the input file, from 0.")
+    custom_id = models.CharField(max_length=512)
+    body = models.TextField(blank=True, help_text="The request body, as JSON text.")
+    state = models.CharField(max_length=8, choices=BatchLineState.choices, default=BatchLineState.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    request_id = models.CharField(max_length=80, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.TextField(blank=True, help_text="The answer's body (JSON text).")
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch", "index"]
+        constraints = [models.UniqueConstraint(fields=["batch", "index"], name="batch_line_index_unique")]
+        indexes = [models.Index(fields=["batch", "state", "index"])]
+
+    def __str__(self) -> str:
+        return f"{self.batch_id}:{self.index} {self.custom_id} ({self.state})"

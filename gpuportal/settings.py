@@ -285,7 +285,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 # The directory's people: those gone deactivated, the rest's groups followed (fairness/portal/ldap_sync.py).
 # The task lives with the portal (it acts as the sign-in does), so the worker imports it by name.
-CELERY_IMPORTS = ["fairness.portal.ldap_sync"]
+CELERY_IMPORTS = ["fairness.portal.ldap_sync", "fairness.batch.tasks"]
 if GP_LDAP_SERVER_URI:
     CELERY_BEAT_SCHEDULE["sync-ldap-users"] = {"task": "fairness.sync_ldap_users", "schedule": GP_LDAP_SYNC_SECONDS}
 
@@ -296,6 +296,19 @@ GP_MAX_KEYS_PER_USER = envint("GP_MAX_KEYS_PER_USER", 5)
 # streamed to storage, never held in memory), and how many one person may keep.
 GP_MAX_BATCH_FILE_BYTES = envint("GP_MAX_BATCH_FILE_BYTES", 200 * 1024 * 1024)
 GP_MAX_BATCH_FILES_PER_USER = envint("GP_MAX_BATCH_FILES_PER_USER", 100)
+# Batches (/v1/batches, fairness/batch/runner.py): how many lines one may hold, how many unfinished
+# ones one person may have; a runner starts every GP_BATCH_POLL_SECONDS on the "batches" queue,
+# runs for up to GP_BATCH_SLICE_SECONDS, and a batch whose runner has not said it is alive for
+# GP_BATCH_CLAIM_SECONDS is taken over by another (its runner died).
+GP_MAX_BATCH_LINES = envint("GP_MAX_BATCH_LINES", 50_000)
+GP_MAX_UNFINISHED_BATCHES_PER_USER = envint("GP_MAX_UNFINISHED_BATCHES_PER_USER", 10)
+GP_BATCH_POLL_SECONDS = envfloat("GP_BATCH_POLL_SECONDS", 5.0)
+GP_BATCH_SLICE_SECONDS = envfloat("GP_BATCH_SLICE_SECONDS", 300.0)
+GP_BATCH_CLAIM_SECONDS = envfloat("GP_BATCH_CLAIM_SECONDS", 30.0)
+CELERY_TASK_ROUTES = {"fairness.run_batches": {"queue": "batches"}}
+CELERY_BEAT_SCHEDULE["run-batches"] = {
+    "task": "fairness.run_batches", "schedule": GP_BATCH_POLL_SECONDS, "options": {"expires": GP_BATCH_POLL_SECONDS},
+}
 if GP_MAX_BATCH_FILE_BYTES < 1 or GP_MAX_BATCH_FILES_PER_USER < 1:
     raise ImproperlyConfigured("GP_MAX_BATCH_FILE_BYTES and GP_MAX_BATCH_FILES_PER_USER must be at least 1.")
 

@@ -33,14 +33,43 @@ COMPONENTS: dict[str, Any] = {
                 "bytes": {"type": "integer"},
                 "created_at": {"type": "integer"},
                 "filename": {"type": "string"},
-                "purpose": {"type": "string", "enum": ["batch"]},
+                "purpose": {"type": "string", "enum": ["batch", "batch_output"]},
                 "status": {"type": "string", "enum": ["processed"]},
                 "status_details": {"type": ["string", "null"]},
                 "expires_at": {"type": ["integer", "null"]},
             },
         },
+        "Batch": {
+            "type": "object",
+            "required": ["id", "object", "endpoint", "input_file_id", "completion_window", "status", "created_at",
+                         "request_counts"],
+            "properties": {
+                "id": {"type": "string", "example": "batch_abc123"},
+                "object": {"type": "string", "enum": ["batch"]},
+                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/completions"]},
+                "errors": {"type": ["object", "null"]},
+                "input_file_id": {"type": "string"},
+                "completion_window": {"type": "string", "enum": ["24h"]},
+                "status": {"type": "string", "enum": ["validating", "failed", "in_progress", "finalizing",
+                                                      "completed", "expired", "cancelling", "cancelled"]},
+                "output_file_id": {"type": ["string", "null"]},
+                "error_file_id": {"type": ["string", "null"]},
+                **{f"{moment}_at": {"type": ["integer", "null"]} for moment in (
+                    "created", "in_progress", "expires", "finalizing", "completed", "failed", "expired",
+                    "cancelling", "cancelled")},
+                "request_counts": {"type": "object", "properties": {
+                    "total": {"type": "integer"}, "completed": {"type": "integer"}, "failed": {"type": "integer"}}},
+                "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+            },
+        },
     },
 }
+
+_BATCH_REF = {"$ref": "#/components/schemas/Batch"}
+_BATCH_ID = [{"name": "batch_id", "in": "path", "required": True, "schema": {"type": "string"},
+              "example": "batch_abc123"}]
+_NO_BATCH = "No batch of the key's owner has this id (another person's batch is not found either)"
+_ONE_BATCH = {"200": {"description": "The batch", "content": {"application/json": {"schema": _BATCH_REF}}}}
 
 PATHS: dict[str, Any] = {
     "/v1/files": {
@@ -110,6 +139,61 @@ PATHS: dict[str, Any] = {
                                                                                       "format": "binary"}}}},
                           **_errors(status_401=_UNKNOWN_KEY, status_404=_NOT_YOURS,
                                     status_503="Storage is unavailable")},
+        },
+    },
+    "/v1/batches": {
+        "post": {
+            "tags": [TAG], "operationId": "v1_batches_create", "summary": "Start a batch",
+            "description": "Runs each line of the input file through the same fair admission as a live request "
+                           "from this key, into capacity others leave idle. Invalid lines, and lines naming a "
+                           "model the key may not use, go to the error file; the rest run.",
+            "security": _SECURED,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["input_file_id", "endpoint", "completion_window"],
+                "properties": {"input_file_id": {"type": "string"},
+                               "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/completions"]},
+                               "completion_window": {"type": "string", "enum": ["24h"]},
+                               "metadata": {"type": "object", "additionalProperties": {"type": "string"}}},
+            }}}},
+            "responses": {**_ONE_BATCH, **_errors(
+                status_400="A missing or bad field, or an input file not meant for batches", status_401=_UNKNOWN_KEY,
+                status_404="No file of the key's owner has this id",
+                status_429="The owner has GP_MAX_UNFINISHED_BATCHES_PER_USER batches running")},
+        },
+        "get": {
+            "tags": [TAG], "operationId": "v1_batches_list", "summary": "List the owner's batches, newest first",
+            "security": _SECURED,
+            "parameters": [
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+                {"name": "after", "in": "query", "schema": {"type": "string"}},
+            ],
+            "responses": {
+                "200": {"description": "The batches", "content": {"application/json": {
+                    "schema": {"type": "object", "properties": {
+                        "object": {"type": "string", "enum": ["list"]},
+                        "data": {"type": "array", "items": _BATCH_REF},
+                        "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
+                        "has_more": {"type": "boolean"},
+                    }}}}},
+                **_errors(status_400="A bad limit or after", status_401=_UNKNOWN_KEY),
+            },
+        },
+    },
+    "/v1/batches/{batch_id}": {
+        "get": {
+            "tags": [TAG], "operationId": "v1_batches_retrieve", "summary": "One of the owner's batches",
+            "security": _SECURED, "parameters": _BATCH_ID,
+            "responses": {**_ONE_BATCH, **_errors(status_401=_UNKNOWN_KEY, status_404=_NO_BATCH)},
+        },
+    },
+    "/v1/batches/{batch_id}/cancel": {
+        "post": {
+            "tags": [TAG], "operationId": "v1_batches_cancel", "summary": "Cancel a batch",
+            "description": "Lines in flight are aborted, no new line starts; the batch ends cancelled with what "
+                           "it finished in its output file.",
+            "security": _SECURED, "parameters": _BATCH_ID,
+            "responses": {**_ONE_BATCH, **_errors(status_401=_UNKNOWN_KEY, status_404=_NO_BATCH,
+                                                  status_409="The batch has ended already")},
         },
     },
 }

@@ -98,9 +98,20 @@ def parse_bearer(header: str | None) -> str:
 
 @sync_to_async
 def _load(secret_hash: str) -> KeyInfo | None:
+    return _key_info(secret_hash=secret_hash)
+
+
+@sync_to_async
+def load_by_id(key_id: int) -> KeyInfo | None:
+    """The key with this id, as a request with its secret would see it (the batch runner acts
+    as the key that created a batch, without its secret)."""
+    return _key_info(pk=key_id)
+
+
+def _key_info(**match: object) -> KeyInfo | None:
     # No request cycle closes this thread's connection on the gateway: check it here.
     close_old_connections()
-    key = ApiKey.objects.select_related("tier", "owner", "membership").filter(secret_hash=secret_hash).first()
+    key = ApiKey.objects.select_related("tier", "owner", "membership").filter(**match).first()
     if key is None:
         return None
     association, share = association_of(key)
@@ -157,10 +168,15 @@ class KeyCache:
         info = cached[1]
         if info is None:
             raise ApiError(401, "Invalid API key.", "invalid_api_key")
-        if info.revoked:
-            raise ApiError(401, "This API key has been revoked.", "revoked_api_key")
-        if not info.owner_active:
-            raise ApiError(401, "The owner of this API key has been deactivated.", "owner_inactive")
-        if info.expires_at is not None and info.expires_at <= time.time():
-            raise ApiError(401, "This API key has expired.", "expired_api_key")
+        check_usable(info)
         return info
+
+
+def check_usable(info: KeyInfo) -> None:
+    """ApiError 401 when the key may not be used now: revoked, its owner deactivated, expired."""
+    if info.revoked:
+        raise ApiError(401, "This API key has been revoked.", "revoked_api_key")
+    if not info.owner_active:
+        raise ApiError(401, "The owner of this API key has been deactivated.", "owner_inactive")
+    if info.expires_at is not None and info.expires_at <= time.time():
+        raise ApiError(401, "This API key has expired.", "expired_api_key")

@@ -13,9 +13,11 @@ def test_the_openapi_document_describes_every_v1_route_with_its_key():
     document = Client().get("/api/openapi.json").json()
     documented = set(document["paths"])
     routes = set(asgi.ROUTES) | {prefix + "{model}" for prefix in asgi.PREFIX_ROUTES}
-    batch = set(streamed_routes())  # "/v1/files" and the prefix "/v1/files/" of one file's paths
+    batch = set(streamed_routes())  # "/v1/files", and the prefix "/v1/files/" of one file's paths; batches alike
+    assert batch == {"/v1/files", "/v1/files/", "/v1/batches", "/v1/batches/"}
     routes |= {path for path in batch if not path.endswith("/")}
-    routes |= {prefix + "{file_id}" for prefix in batch if prefix.endswith("/")} | {"/v1/files/{file_id}/content"}
+    routes |= {"/v1/files/{file_id}", "/v1/files/{file_id}/content", "/v1/batches/{batch_id}",
+               "/v1/batches/{batch_id}/cancel"}
     assert routes <= documented, routes - documented
     assert any(path.startswith("/api/") for path in documented)  # the JSON API is still there
     for path in routes:

@@ -36,15 +36,19 @@ def gateway_session(live_db_url: str, batch_files_dir: Path) -> Iterator[Gateway
 
 @pytest.fixture(autouse=True)
 def stored_files(batch_files_dir: Path, settings) -> Path:
+    return empty_storage(batch_files_dir, settings)
+
+
+def empty_storage(directory: Path, settings) -> Path:
     """The storage directory, empty at the start of each test; this process stores there too."""
-    for entry in batch_files_dir.iterdir():
+    for entry in directory.iterdir():
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     settings.STORAGES = {
         **settings.STORAGES,
         "batch_files": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                        "OPTIONS": {"location": str(batch_files_dir)}},
+                        "OPTIONS": {"location": str(directory)}},
     }  # fmt: skip
-    return batch_files_dir
+    return directory
 
 
 def files_on_disk(directory: Path) -> list[Path]:

@@ -152,6 +152,9 @@ class Command(BaseCommand):
         start("celery", [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "-B",
                          "--loglevel", "INFO", "--concurrency", "2",
                          "--schedule", str(log_dir / "celerybeat-schedule")])
+        # Batches (/v1/batches) on a worker of their own: a runner holds its process for a while.
+        start("batch-worker", [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "--queues", "batches",
+                               "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO", "-n", "batches@%h"])
         # Requests in flight get a short grace when the demo stops (production's is 30 s).
         start("gateway", [sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
                           "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],

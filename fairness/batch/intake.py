@@ -1,0 +1,96 @@
+"""The `validating` step: a batch's input file read line by line into BatchLine rows, the bad
+lines failed at once with their reasons, then the batch is `in_progress` (or `failed` when the
+file cannot be run at all: gone, or more lines than a batch may hold)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from fairness.batch.line_check import BadLine, check_line
+from fairness.batch.storage_writer import batch_storage
+from fairness.gateway.api_keys import KeyInfo
+from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
+from fairness.scheduling.directory import ReplicaDirectory
+
+log = logging.getLogger(__name__)
+
+CHUNK_ROWS = 500
+
+
+def model_refusal(key: KeyInfo, directory: ReplicaDirectory, model: str) -> str | None:
+    """Why this key may not use `model` (as the gateway would answer it), or None."""
+    if not directory.serving(model):
+        return f"The model '{model}' does not exist."
+    if not directory.serving(model, key.tier.name):
+        return f"The model '{model}' is not served to the {key.tier.name} tier."
+    refused_by = key.model_access.refused_by(model)
+    if refused_by is not None:
+        return f"This key may not use the model '{model}': {refused_by} restricts its models."
+    return None
+
+
+def take_in(batch: Batch, key: KeyInfo, directory: ReplicaDirectory) -> None:
+    """Read the input into lines and start the batch. Starts over if an earlier runner died
+    half-way (its rows go); does nothing if the batch is no longer validating."""
+    BatchLine.objects.filter(batch=batch).delete()
+    if batch.input_file is None:
+        _fail(batch, "input_file_missing", f"The input file {batch.input_file_public_id} was deleted.")
+        return
+    seen: set[str] = set()
+    rows: list[BatchLine] = []
+    total = failed = 0
+    now = timezone.now()
+    for index, raw in enumerate(_lines(batch.input_file.stored_name)):
+        if index >= settings.GP_MAX_BATCH_LINES:
+            BatchLine.objects.filter(batch=batch).delete()
+            _fail(batch, "too_many_lines", f"The file has more than {settings.GP_MAX_BATCH_LINES:,} lines, the "
+                  "most one batch may hold (GP_MAX_BATCH_LINES); split it.")  # fmt: skip
+            return
+        checked = check_line(raw, batch.endpoint, seen, lambda m: model_refusal(key, directory, m),
+                             settings.GP_MAX_BODY_BYTES)  # fmt: skip
+        total += 1
+        if isinstance(checked, BadLine):
+            failed += 1
+            rows.append(BatchLine(batch=batch, index=index, custom_id=checked.custom_id, state=BatchLineState.FAILED,
+                                  error_code=checked.code, error_message=checked.message, finished_at=now))  # fmt: skip
+        else:
+            rows.append(BatchLine(batch=batch, index=index, custom_id=checked.custom_id, body=checked.body))
+        if len(rows) >= CHUNK_ROWS:
+            BatchLine.objects.bulk_create(rows)
+            rows = []
+    BatchLine.objects.bulk_create(rows)
+    if total == 0:
+        _fail(batch, "empty_file", "The input file holds no request.")
+        return
+    with transaction.atomic():
+        Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+            status=BatchStatus.IN_PROGRESS, in_progress_at=timezone.now(), total=total, failed=failed, completed=0
+        )
+
+
+def _lines(stored_name: str) -> Iterator[str]:
+    """The file's non-blank lines, decoded (uploads were checked to be UTF-8). A line longer than
+    any request is never held whole: it is read past and given as "" (not JSON: a bad line)."""
+    limit = settings.GP_MAX_BODY_BYTES * 2  # the body inside, with custom_id, url and escapes
+    with batch_storage().open(stored_name, "rb") as file:
+        while raw := file.readline(limit):
+            if len(raw) >= limit and not raw.endswith(b"\n"):
+                while (rest := file.readline(limit)) and not rest.endswith(b"\n"):
+                    pass
+                yield ""
+                continue
+            text = raw.decode("utf-8", errors="replace").strip()
+            if text:
+                yield text
+
+
+def _fail(batch: Batch, code: str, message: str) -> None:
+    errors = {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": None}]}
+    Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+        status=BatchStatus.FAILED, failed_at=timezone.now(), errors=errors
+    )

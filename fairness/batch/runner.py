@@ -1,0 +1,388 @@
+"""The batch runner: every unfinished batch it can claim, run in one event loop through the
+gateway's own request path (line_runner), for one slice of time.
+
+Durability comes from the database, not the process:
+- A batch is held by one runner at a time: a claim (Batch.runner, a token, and runner_seen_at,
+  renewed every third of GP_BATCH_CLAIM_SECONDS). A runner that dies stops renewing, and the
+  next runner takes the batch over once the claim is that old.
+- Each line is pending, running, done or failed. Taking a batch over puts its running lines back
+  to pending: they died with the runner, and their engine requests with its connections.
+- A line's result is written only by its current attempt (BatchLine.attempt), so a line
+  completes once however often runners die and resume it.
+
+Each batch keeps as many lines in flight as its key could get slots (the deployment's slots when
+its tier borrows idle ones, its caps otherwise) and two more waiting in admission's queue, so a
+freed slot is taken at once. Admission decides who runs: the runner never outruns a live client
+of the same key, and interactive users keep their head start and the reserve.
+
+At the end of its slice a runner starts no more lines and gives back those still waiting in
+admission's queue (nothing ran for them yet), lets the ones running on an engine finish, and
+releases its batches for the next runner: work is never thrown away to end a slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import datetime as dt
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import F, Q
+
+from fairness.batch import line_runner, result_files
+from fairness.batch.intake import take_in
+from fairness.gateway import api_keys
+from fairness.gateway.api_keys import KeyInfo
+from fairness.gateway.errors import ApiError
+from fairness.gateway.runtime import GatewayRuntime
+from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
+from fairness.scheduling.admission import Admission, Demand, Grant
+from fairness.scheduling.directory import ReplicaDirectory
+
+log = logging.getLogger(__name__)
+
+QUEUED_AHEAD = 2  # lines waiting in admission beyond the slots the batch can get
+KEY_CHECK_SECONDS = 10.0  # how soon a revoked key (or deactivated owner) stops its batches
+MAX_BACKOFF_SECONDS = 30.0
+FETCH_ROWS = 200
+
+
+def _db(function: Callable[..., Any]) -> Callable[..., Any]:
+    """An ORM step run off the event loop, on a connection checked first (no request cycle does)."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        return function(*args, **kwargs)
+
+    return sync_to_async(checked)
+
+
+@dataclass(frozen=True)
+class PendingLine:
+    pk: int
+    index: int
+    body: str
+
+
+class LineInFlight:
+    """A line's task, and whether its request holds a slot (admission granted it) or still waits."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.granted = False
+
+
+_current_line: contextvars.ContextVar[LineInFlight | None] = contextvars.ContextVar("batch_line", default=None)
+
+
+class GrantWatch:
+    """The runtime's admission, as the runner's lines use it, noting when a line's request is
+    granted a slot (and again after a failed replica moved it back into the queue)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admission, name)
+
+    async def acquire(self, demand: Demand) -> Grant:
+        grant = await self._admission.acquire(demand)
+        self._mark(True)
+        return grant
+
+    async def move(self, grant: Grant, avoid: str) -> Grant:
+        self._mark(False)
+        moved = await self._admission.move(grant, avoid)
+        self._mark(True)
+        return moved
+
+    @staticmethod
+    def _mark(granted: bool) -> None:
+        line = _current_line.get()
+        if line is not None:
+            line.granted = granted
+
+
+def window(key: KeyInfo, directory: ReplicaDirectory) -> int:
+    """Lines in flight for one batch: the slots its key could hold, and QUEUED_AHEAD."""
+    slots = sum(r.max_num_seqs for r in directory.all if r.serves(key.tier.name))
+    if not key.tier.borrow_idle_slots:
+        slots = min(slots, key.tier.per_key_concurrency, key.tier.pool_concurrency or slots)
+    return max(1, slots) + QUEUED_AHEAD
+
+
+class BatchRun:
+    """One claimed batch in this runner."""
+
+    def __init__(self, runner: BatchRunner, batch: Batch) -> None:
+        self.runner = runner
+        self.batch = batch
+        self.key: KeyInfo | None = None
+        self.key_error: ApiError | None = None
+        self.key_checked = float("-inf")
+        self.pending: deque[PendingLine] = deque()
+        self.inflight: dict[int, LineInFlight] = {}
+        self.exhausted = False  # no pending line left in the database
+
+    async def step(self, accepting: bool) -> bool:
+        """Move the batch on; True once this runner is done with it (ended, or left to the next
+        runner at the end of the slice)."""
+        batch = self.batch = await _reload(self.batch.pk)
+        if batch.finished:
+            await self.abort()
+            return True
+        await self._check_key()
+        if batch.status == BatchStatus.VALIDATING:
+            if self.key_error is not None:
+                return await self._end(BatchStatus.FAILED)
+            directory = await self.runner.runtime.refresh()
+            assert self.key is not None
+            await _db(take_in)(batch, self.key, directory)
+            return False
+        if batch.status == BatchStatus.FINALIZING:
+            return await self._end(BatchStatus.COMPLETED)
+        if batch.status == BatchStatus.CANCELLING:
+            await self.abort()
+            return await self._end(BatchStatus.CANCELLED)
+        if self.runner.now() >= batch.expires_at.timestamp():
+            await self.abort()
+            await _db(result_files.expire_unfinished)(batch)
+            return await self._end(BatchStatus.EXPIRED)
+        if self.key_error is not None:
+            await self.abort()
+            await _db(_fail_unfinished)(batch, self.key_error)
+            return await self._end(BatchStatus.FAILED)
+        if accepting:
+            await self._fill()
+        elif any(not line.granted for line in self.inflight.values()):
+            await self.abort(only_waiting=True)  # the slice is over: keep only what runs
+        if not self.inflight and self.exhausted and not self.pending and not await _db(_lines_left)(batch.pk):
+            return await self._end(BatchStatus.COMPLETED)
+        return not accepting and not self.inflight
+
+    async def abort(self, only_waiting: bool = False) -> None:
+        """Stop the lines in flight (their engine requests are aborted, their leases given back,
+        as for a client that leaves) and put them back to pending; `only_waiting`: only those
+        still waiting for a slot."""
+        stopped = {pk: line for pk, line in self.inflight.items() if not (only_waiting and line.granted)}
+        tasks = [line.task for line in stopped.values() if line.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if stopped:
+            await _db(_back_to_pending)(set(stopped))
+            self.exhausted = False  # they are pending again: look before calling the batch done
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [line.task for line in self.inflight.values() if line.task is not None]
+
+    async def _end(self, status: BatchStatus) -> bool:
+        errors = None
+        if status == BatchStatus.FAILED and self.key_error is not None:
+            errors = {"object": "list", "data": [
+                {"code": self.key_error.code, "message": self.key_error.message, "param": None, "line": None}
+            ]}  # fmt: skip
+        if not await _db(result_files.finalize)(self.batch, self.runner.token, status, errors):
+            log.warning("batch %s: lost its claim before it could end", self.batch.public_id)
+        return True
+
+    async def _check_key(self) -> None:
+        now = time.monotonic()
+        if now - self.key_checked < KEY_CHECK_SECONDS:
+            return
+        self.key_checked = now
+        key = await api_keys.load_by_id(self.batch.api_key_id)
+        try:
+            if key is None:
+                raise ApiError(401, "The API key that created this batch no longer exists.", "invalid_api_key")
+            api_keys.check_usable(key)
+        except ApiError as exc:
+            self.key_error = exc
+            return
+        self.key = key
+
+    async def _fill(self) -> None:
+        assert self.key is not None
+        room = window(self.key, await self.runner.runtime.refresh()) - len(self.inflight)
+        while room > 0:
+            if not self.pending and not self.exhausted:
+                fetched = await _db(_pending_lines)(self.batch.pk, set(self.inflight))
+                self.pending.extend(fetched)
+                self.exhausted = len(fetched) < FETCH_ROWS
+            if not self.pending:
+                return
+            line = self.pending.popleft()
+            flight = self.inflight[line.pk] = LineInFlight()
+            flight.task = asyncio.get_running_loop().create_task(self._run_line(line, flight))
+            room -= 1
+
+    async def _run_line(self, line: PendingLine, flight: LineInFlight) -> None:
+        batch, key = self.batch, self.key
+        assert key is not None
+        _current_line.set(flight)  # this task's own context: GrantWatch marks it granted
+        attempt = await _db(_start_line)(line.pk)
+        tries, backoff = 0, 1.0
+        try:
+            while True:
+                request_id = f"{batch.public_id}-{line.index}-{attempt}-{tries}"
+                answer = await line_runner.send(self.runner.runtime, key, batch.endpoint, line.body, request_id)
+                tries += 1
+                if answer.ok or not answer.passing(tries):
+                    break
+                await asyncio.sleep(min(answer.retry_after or backoff, MAX_BACKOFF_SECONDS))
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            await asyncio.shield(_db(_record)(batch.pk, line.pk, attempt, answer, request_id))
+        finally:
+            self.inflight.pop(line.pk, None)
+
+
+class BatchRunner:
+    """Claims and runs batches for one slice of time, then gives them back (the next beat's
+    runner takes them on)."""
+
+    def __init__(
+        self, runtime: GatewayRuntime, *, slice_seconds: float | None = None, claim_seconds: float | None = None,
+        clock: Callable[[], float] = time.time, step_seconds: float = 0.5,
+    ) -> None:  # fmt: skip
+        self.runtime = runtime
+        if not isinstance(runtime.admission, GrantWatch):
+            runtime.admission = GrantWatch(runtime.admission)  # type: ignore[assignment]
+        self.token = secrets.token_hex(16)
+        self.slice_seconds = slice_seconds if slice_seconds is not None else settings.GP_BATCH_SLICE_SECONDS
+        self.claim_seconds = claim_seconds if claim_seconds is not None else settings.GP_BATCH_CLAIM_SECONDS
+        self.now = clock
+        self.step_seconds = step_seconds
+        self.runs: dict[int, BatchRun] = {}
+
+    async def run(self) -> int:
+        """Run until the slice ends (then finish what is in flight), or nothing is left to claim.
+        Returns how many batches it held."""
+        deadline = self.now() + self.slice_seconds
+        held = 0
+        next_claim = next_renewal = 0.0
+        try:
+            while True:
+                accepting = self.now() < deadline
+                if accepting and time.monotonic() >= next_claim:
+                    next_claim = time.monotonic() + 1.0
+                    for batch in await _db(_claim)(self.token, self._moment(-self.claim_seconds), self._moment(),
+                                                   set(self.runs)):
+                        self.runs[batch.pk] = BatchRun(self, batch)
+                        held += 1
+                if not self.runs:
+                    return held
+                if time.monotonic() >= next_renewal:
+                    next_renewal = time.monotonic() + self.claim_seconds / 3
+                    await self._renew()
+                for pk, run in list(self.runs.items()):
+                    if await run.step(accepting):
+                        del self.runs[pk]
+                await self._wait()
+        finally:
+            for run in self.runs.values():
+                with contextlib.suppress(Exception):
+                    await run.abort()
+            await _db(_release)(self.token)
+
+    def _moment(self, offset: float = 0.0) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.now() + offset, tz=dt.UTC)
+
+    async def _renew(self) -> None:
+        """Say this runner still holds its batches; drop any it lost (it was too slow to say so,
+        and another runner has taken it over)."""
+        still = await _db(_renew_claims)(self.token, set(self.runs), self._moment())
+        for pk in set(self.runs) - still:
+            log.warning("batch %s: claim lost to another runner", self.runs[pk].batch.public_id)
+            run = self.runs.pop(pk)
+            await run.abort()
+
+    async def _wait(self) -> None:
+        """Until a line ends or a step's time has passed."""
+        tasks = [task for run in self.runs.values() for task in run.tasks()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.step_seconds, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.sleep(self.step_seconds)
+
+
+def _claim(token: str, stale_before: dt.datetime, now: dt.datetime, held: set[int]) -> list[Batch]:
+    """Take every unfinished batch no live runner holds; their running lines back to pending."""
+    claimed = []
+    free = Q(runner="") | Q(runner_seen_at__lt=stale_before)
+    for pk in Batch.objects.unfinished().filter(free).exclude(pk__in=held).order_by("id").values_list("pk", flat=True):
+        with transaction.atomic():
+            if Batch.objects.filter(free, pk=pk, status__in=Batch.UNFINISHED).update(runner=token, runner_seen_at=now):
+                BatchLine.objects.filter(batch_id=pk, state=BatchLineState.RUNNING).update(state=BatchLineState.PENDING)
+                claimed.append(Batch.objects.select_related("input_file").get(pk=pk))
+    return claimed
+
+
+def _renew_claims(token: str, held: set[int], now: dt.datetime) -> set[int]:
+    Batch.objects.filter(pk__in=held, runner=token).update(runner_seen_at=now)
+    return set(Batch.objects.filter(pk__in=held, runner=token).values_list("pk", flat=True))
+
+
+def _release(token: str) -> None:
+    Batch.objects.filter(runner=token).update(runner="", runner_seen_at=None)
+
+
+def _reload(pk: int) -> Any:
+    return _db(lambda: Batch.objects.select_related("input_file").get(pk=pk))()
+
+
+def _pending_lines(batch_pk: int, skip: set[int]) -> list[PendingLine]:
+    rows = (
+        BatchLine.objects.filter(batch_id=batch_pk, state=BatchLineState.PENDING)
+        .exclude(pk__in=skip)
+        .order_by("index")
+        .values_list("pk", "index", "body")[:FETCH_ROWS]
+    )
+    return [PendingLine(*row) for row in rows]
+
+
+def _lines_left(batch_pk: int) -> bool:
+    unfinished = (BatchLineState.PENDING, BatchLineState.RUNNING)
+    return BatchLine.objects.filter(batch_id=batch_pk, state__in=unfinished).exists()
+
+
+def _start_line(pk: int) -> int:
+    """Mark the line running as a new attempt; its number."""
+    BatchLine.objects.filter(pk=pk).update(state=BatchLineState.RUNNING, attempt=F("attempt") + 1)
+    return BatchLine.objects.values_list("attempt", flat=True).get(pk=pk)
+
+
+def _record(batch_pk: int, line_pk: int, attempt: int, answer: line_runner.Answer, request_id: str) -> None:
+    """The line's result, if this attempt is still the line's current one, counted once."""
+    state = BatchLineState.DONE if answer.ok else BatchLineState.FAILED
+    with transaction.atomic():
+        written = BatchLine.objects.filter(pk=line_pk, state=BatchLineState.RUNNING, attempt=attempt).update(
+            state=state, status_code=answer.status, response=answer.body, request_id=request_id,
+            error_code=answer.code or "", finished_at=dt.datetime.now(tz=dt.UTC),
+        )  # fmt: skip
+        if written:
+            counter = "completed" if answer.ok else "failed"
+            Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1})
+
+
+def _back_to_pending(line_pks: set[int]) -> None:
+    BatchLine.objects.filter(pk__in=line_pks, state=BatchLineState.RUNNING).update(state=BatchLineState.PENDING)
+
+
+def _fail_unfinished(batch: Batch, error: ApiError) -> None:
+    """The key can no longer run the batch: what did not run goes to the error file, saying why."""
+    with transaction.atomic():
+        failed = BatchLine.objects.filter(batch=batch, state=BatchLineState.PENDING).update(
+            state=BatchLineState.FAILED, error_code=error.code or "", error_message=error.message,
+            finished_at=dt.datetime.now(tz=dt.UTC),
+        )  # fmt: skip
+        Batch.objects.filter(pk=batch.pk).update(failed=F("failed") + failed)
