@@ -17,9 +17,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fairness.batch import control as batch_control
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.replica_rows import conflict_if_saved
-from fairness.models import AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
+from fairness.models import AdminToken, ApiKey, AuditEntry, Batch, Membership, Replica, SaturationAlert, Tier
 from fairness.portal.keys import issue_key, mint_secret
 
 if TYPE_CHECKING:
@@ -343,6 +344,17 @@ def revoke_admin_token(actor: Actor, token: AdminToken) -> AdminToken:
         token.revoke()
         audit(actor, "admin_token.revoke", token.prefix, owner=token.owner.get_username())
     return token
+
+
+@transaction.atomic
+def cancel_batch(actor: Actor, batch: Batch) -> bool:
+    """Its owner or staff stop a batch: its runner finishes it as cancelled with what it has done.
+    False, and nothing audited, when it was past cancelling already (finishing, ended, or being
+    cancelled by a click before this one)."""
+    cancelled = batch_control.cancel(batch)
+    if cancelled:
+        audit(actor, "batch.cancel", batch.public_id, owner=batch.owner.get_username(), key=batch.api_key.prefix)
+    return cancelled
 
 
 def _jsonable(values: dict) -> dict:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
 from fairness.batch import openapi as batch_openapi
+from fairness.batch.progress import queued_work
 from fairness.gateway import openapi as gateway_openapi
 from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal import tier_policy
@@ -113,9 +114,16 @@ class Totals(Schema):
     queue_note: str
 
 
+class BatchWorkOut(Schema):
+    requests: int  # batch requests waiting to run, or running, in batches that still run
+    batches: int  # how many batches they belong to
+    sentence: str  # the same in words: "Batch work queued: 1,200 requests in 3 batches."
+
+
 class CapacityOut(Schema):
     models: list[ModelCapacity]
     totals: Totals
+    batch_work: BatchWorkOut
     replicas: list[ReplicaOut]
     tiers: list[TierOut]
     alerts: list[AlertOut]
@@ -236,8 +244,11 @@ async def capacity(request):
         generation_tps=sum(r["generation_tps"] or 0 for r in healthy),
         free_slots=free, queue_status=status, queue_note=queue_note(status, queues, free),
     )
+    work = await sync_to_async(queued_work)()
     return CapacityOut(
-        models=models, totals=totals, replicas=[_replica(r, draining) for r in rows],
+        models=models, totals=totals,
+        batch_work=BatchWorkOut(requests=work.requests, batches=work.batches, sentence=work.sentence),
+        replicas=[_replica(r, draining) for r in rows],
         tiers=await sync_to_async(_tiers)(queues, free), alerts=await sync_to_async(_open_alerts)(),
         updated_at=timezone.now(),
     )

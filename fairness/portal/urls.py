@@ -2,6 +2,7 @@ from django.urls import path
 
 from fairness.portal import (
     account_pages,
+    batch_pages,
     my_key_pages,
     my_pages,
     public_pages,
@@ -30,6 +31,9 @@ urlpatterns = [
     path("me/keys/<str:prefix>/revoke/", my_key_pages.revoke_key, name="me-key-revoke"),
     path("me/usage/", my_pages.usage, name="me-usage"),
     path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
+    path("me/batches/", batch_pages.my_batches, name="me-batches"),
+    path("me/batches/<str:public_id>/cancel/", batch_pages.my_cancel, name="me-batch-cancel"),
+    path("me/files/<str:public_id>/content", batch_pages.my_file_content, name="me-file-content"),
     # One's own password
     path("accounts/password/", account_pages.PasswordChangeView.as_view(), name="password-change"),
     path("accounts/password/done/", account_pages.PasswordChangeDoneView.as_view(), name="password-change-done"),
@@ -66,6 +70,8 @@ urlpatterns = [
     path("staff/replicas/<slug:name>/edit/", staff_replica_pages.edit_replica, name="staff-replica-edit"),
     path("staff/replicas/<slug:name>/delete/", staff_replica_pages.delete_replica, name="staff-replica-delete"),
     path("staff/replicas/<slug:name>/<slug:state>/", staff_replica_pages.replica_state, name="staff-replica-state"),
+    path("staff/batches/", batch_pages.staff_batches, name="staff-batches"),
+    path("staff/batches/<str:public_id>/cancel/", batch_pages.staff_cancel, name="staff-batch-cancel"),
     path("staff/alerts/", staff_pages.alerts, name="staff-alerts"),
     path("staff/alerts/<int:alert_id>/acknowledge/", staff_pages.acknowledge_alert, name="staff-alert-acknowledge"),
     path("staff/sign-in/", staff_signin_pages.sign_in, name="staff-sign-in"),

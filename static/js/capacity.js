@@ -83,7 +83,7 @@
     return el("span", { class: "health ok" }, "serving");
   }
 
-  function renderNow(totals, replicas, tiers) {
+  function renderNow(totals, replicas, tiers, batch) {
     text("running", count(totals.running));
     text("waiting", count(totals.waiting_engine + totals.waiting_gateway));
     text("waiting-detail",
@@ -93,6 +93,7 @@
     const note = document.getElementById("queue-note");
     note.className = `queue-note ${totals.queue_status}`;
     note.textContent = totals.queue_note;
+    text("batch-work", batch.sentence);
     document.getElementById("tier-waits").replaceChildren(...tiers.map((t) => el("tr", {},
       el("th", { scope: "row" }, t.name), el("td", { class: "num" }, String(t.waiting)),
       el("td", {}, t.expected_wait))));
@@ -134,7 +135,7 @@
 
   function render(capacity) {
     renderModels(capacity.models);
-    renderNow(capacity.totals, capacity.replicas, capacity.tiers);
+    renderNow(capacity.totals, capacity.replicas, capacity.tiers, capacity.batch_work);
     renderAlerts(capacity.alerts);
     renderTiers(capacity.tiers);
     const updated = document.getElementById("updated");

@@ -33,6 +33,7 @@ STAFF_PAGES = [
     "/staff/replicas/gpu0/disable/",
     "/staff/alerts/",
     "/staff/audit/",
+    "/staff/batches/",
 ]
 STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/tier/", {"tier": "batch"}),
@@ -41,7 +42,7 @@ STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/reactivate/", {}),
     ("/staff/alerts/{alert}/acknowledge/", {}),
 ]
-OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json"]
+OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/"]
 
 
 @pytest.fixture
