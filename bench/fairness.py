@@ -277,13 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         results["targets"] += ageing.targets(results["scenario2"])
         print()
         ageing.print_table(results["scenario2"])
-    print()
-    print(report.targets_table(results["targets"]))
-    results["elapsed_s"] = time.monotonic() - started
-    json_path = report.write_json(args.name, results)
-    png_path = plot(results, args.name)
-    print(f"\nwrote {json_path} and {png_path} ({results['elapsed_s']:.0f} s)")
-    return 0 if all(t["ok"] for t in results["targets"]) else 1
+    return report.finish(args.name, results, started, plot)
 
 
 if __name__ == "__main__":

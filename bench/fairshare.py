@@ -308,13 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(fs_report.TABLES[n](results[f"scenario{n}"]))
         results["targets"] += fs_report.TARGETS[n](results[f"scenario{n}"])
-    print()
-    print(report.targets_table(results["targets"]))
-    results["elapsed_s"] = time.monotonic() - started
-    json_path = report.write_json(args.name, results)
-    png_path = plot(results, args.name)
-    print(f"\nwrote {json_path} and {png_path} ({results['elapsed_s']:.0f} s)")
-    return 0 if all(t["ok"] for t in results["targets"]) else 1
+    return report.finish(args.name, results, started, plot)
 
 
 if __name__ == "__main__":

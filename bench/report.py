@@ -7,7 +7,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -109,6 +109,18 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(_clean({**data, "environment": environment()}), indent=1))
     return path
+
+
+def finish(name: str, results: dict[str, Any], started: float, plot: Callable[[dict[str, Any], str], Path]) -> int:
+    """A bench's ending: its targets table, the JSON report and the plot; the exit status (1 when a
+    target failed)."""
+    print()
+    print(targets_table(results["targets"]))
+    results["elapsed_s"] = time.monotonic() - started
+    json_path = write_json(name, results)
+    png_path = plot(results, name)
+    print(f"\nwrote {json_path} and {png_path} ({results['elapsed_s']:.0f} s)")
+    return 0 if all(t["ok"] for t in results["targets"]) else 1
 
 
 def figure(rows: int, cols: int, width: float = 13.0, height_per_row: float = 3.4) -> tuple[Figure, Any]:

@@ -686,23 +686,21 @@ class Batch(models.Model):
 
 
 class BatchLineState(models.TextChoices):
-    PENDING = "pending"
-    RUNNING = "running"
+    PENDING = "pending"  # to run, or running: the runner knows which
     DONE = "done"  # answered 200: in the output file
     FAILED = "failed"  # invalid, refused or answered an error: in the error file
 
 
 class BatchLine(models.Model):
-    """One request of a batch's input file, and what became of it. `attempt` counts the times a
-    runner started it: a result is written only by the attempt that is current, so a line
-    completes once however often runners die and resume it."""
+    """One request of a batch's input file, and what became of it. A result is written only by
+    the runner that holds the batch's claim, so a line completes once however often runners die
+    and resume it."""
 
     batch = models.ForeignKey(Batch, models.CASCADE, related_name="lines")
     index = models.PositiveIntegerField(help_text="Its line in the input file, from 0.")
     custom_id = models.CharField(max_length=512)
     body = models.TextField(blank=True, help_text="The request body, as JSON text.")
     state = models.CharField(max_length=8, choices=BatchLineState.choices, default=BatchLineState.PENDING)
-    attempt = models.PositiveIntegerField(default=0)
     request_id = models.CharField(max_length=80, blank=True)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     response = models.TextField(blank=True, help_text="The answer's body (JSON text).")

@@ -5,7 +5,7 @@ file cannot be run at all: gone, or more lines than a batch may hold)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from django.conf import settings
 from django.db import transaction
@@ -34,9 +34,12 @@ def model_refusal(key: KeyInfo, directory: ReplicaDirectory, model: str) -> str 
     return None
 
 
-def take_in(batch: Batch, key: KeyInfo, directory: ReplicaDirectory) -> None:
+def take_in(
+    batch: Batch, key: KeyInfo, directory: ReplicaDirectory, still_held: Callable[[], bool] = lambda: True
+) -> None:
     """Read the input into lines and start the batch. Starts over if an earlier runner died
-    half-way (its rows go); does nothing if the batch is no longer validating."""
+    half-way (its rows go); does nothing if the batch is no longer validating. `still_held` is
+    asked after each chunk of rows: False (another runner took the batch over) stops at once."""
     BatchLine.objects.filter(batch=batch).delete()
     if batch.input_file is None:
         _fail(batch, "input_file_missing", f"The input file {batch.input_file_public_id} was deleted.")
@@ -63,6 +66,8 @@ def take_in(batch: Batch, key: KeyInfo, directory: ReplicaDirectory) -> None:
         if len(rows) >= CHUNK_ROWS:
             BatchLine.objects.bulk_create(rows)
             rows = []
+            if not still_held():
+                return
     BatchLine.objects.bulk_create(rows)
     if total == 0:
         _fail(batch, "empty_file", "The input file holds no request.")

@@ -9,6 +9,7 @@ passing (the portal or the engines could not take it now: try again later).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 import redis.exceptions
@@ -17,6 +18,8 @@ from fairness.gateway import views
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
+
+log = logging.getLogger(__name__)
 
 ENDPOINT_VIEWS = {"/v1/chat/completions": views.chat_completions, "/v1/completions": views.completions}
 # Answers that say "not now": queue and rate limits, budgets (a window resets), no replica up,
@@ -57,6 +60,10 @@ async def send(runtime: GatewayRuntime, key: KeyInfo, endpoint: str, body: str, 
     except (redis.exceptions.RedisError, OSError):
         error = ApiError(503, "The portal's store is unavailable.", "store_unavailable", retry_after=1)
         return Answer(503, json.dumps(error.body()), error.code, 1.0)
+    except Exception:  # what a live client would get as a 500: this line's error, the rest run on
+        log.exception("batch request %s failed", request_id)
+        error = ApiError(500, "The portal failed to run this request.", "internal_error")
+        return Answer(500, json.dumps(error.body()), error.code)
     content = response.content.decode()  # type: ignore[attr-defined]  # never streamed: lines cannot ask to
     code = None
     if response.status_code != 200:

@@ -18,7 +18,7 @@ from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
 # change of pace (the card filling up with interactive work, or emptying).
 RATE_WINDOW = dt.timedelta(minutes=5)
 FINISHED_STATES = (BatchLineState.DONE, BatchLineState.FAILED)
-QUEUED_STATES = (BatchLineState.PENDING, BatchLineState.RUNNING)
+QUEUED_STATES = (BatchLineState.PENDING,)  # to run, or running
 
 
 @dataclass(frozen=True)

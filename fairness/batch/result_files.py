@@ -34,8 +34,7 @@ ENDED_AT = {
 def expire_unfinished(batch: Batch) -> None:
     """The window ended: every line not yet ended goes to the error file as expired."""
     with transaction.atomic():
-        unfinished = (BatchLineState.PENDING, BatchLineState.RUNNING)
-        expired = BatchLine.objects.filter(batch=batch, state__in=unfinished).update(
+        expired = BatchLine.objects.filter(batch=batch, state=BatchLineState.PENDING).update(
             state=BatchLineState.FAILED, error_code="batch_expired", status_code=None, response="",
             error_message="This request could not be run before the batch's completion window ended.",
             finished_at=timezone.now(),

@@ -5,10 +5,12 @@ Durability comes from the database, not the process:
 - A batch is held by one runner at a time: a claim (Batch.runner, a token, and runner_seen_at,
   renewed every third of GP_BATCH_CLAIM_SECONDS). A runner that dies stops renewing, and the
   next runner takes the batch over once the claim is that old.
-- Each line is pending, running, done or failed. Taking a batch over puts its running lines back
-  to pending: they died with the runner, and their engine requests with its connections.
-- A line's result is written only by its current attempt (BatchLine.attempt), so a line
-  completes once however often runners die and resume it.
+- Each line is pending (to run, or running: only its runner knows which), done or failed. The
+  lines a dead runner was running are pending still: their engine requests died with its
+  connections, and the next runner runs them again.
+- A line's result is written only while its writer holds the batch's claim (in the same
+  statement), so a line completes once however often runners die and resume it. One write per
+  line: its result and the batch's count, in one transaction.
 
 Each batch keeps as many lines in flight as its key could get slots (the deployment's slots when
 its tier borrows idle ones, its caps otherwise) and two more waiting in admission's queue, so a
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import contextvars
 import datetime as dt
+import functools
 import logging
 import secrets
 import time
@@ -36,7 +39,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F, Q
 
 from fairness.batch import line_runner, result_files
@@ -58,10 +61,13 @@ FETCH_ROWS = 200
 
 
 def _db(function: Callable[..., Any]) -> Callable[..., Any]:
-    """An ORM step run off the event loop, on a connection checked first (no request cycle does)."""
+    """An ORM step run off the event loop. Its connection is kept for the runner's slice (with
+    CONN_MAX_AGE 0, close_old_connections would open a new one for every step: most of a line's
+    cost on PostgreSQL), and replaced only once an error left it unusable."""
 
     def checked(*args: Any, **kwargs: Any) -> Any:
-        close_old_connections()
+        if connection.errors_occurred and connection.connection is not None and not connection.is_usable():
+            connection.close()
         return function(*args, **kwargs)
 
     return sync_to_async(checked)
@@ -133,11 +139,15 @@ class BatchRun:
         self.pending: deque[PendingLine] = deque()
         self.inflight: dict[int, LineInFlight] = {}
         self.exhausted = False  # no pending line left in the database
+        self.reloaded_at = float("-inf")
 
     async def step(self, accepting: bool) -> bool:
         """Move the batch on; True once this runner is done with it (ended, or left to the next
         runner at the end of the slice)."""
-        batch = self.batch = await _reload(self.batch.pk)
+        if time.monotonic() - self.reloaded_at >= self.runner.step_seconds:
+            self.batch = await _reload(self.batch.pk)  # a cancel, or a new status, shows within a step
+            self.reloaded_at = time.monotonic()
+        batch = self.batch
         if batch.finished:
             await self.abort()
             return True
@@ -147,7 +157,10 @@ class BatchRun:
                 return await self._end(BatchStatus.FAILED)
             directory = await self.runner.runtime.refresh()
             assert self.key is not None
-            await _db(take_in)(batch, self.key, directory)
+            # A long file takes a while: say this runner still holds the batch as it goes.
+            held = functools.partial(_renew_claims, self.runner.token, {batch.pk})
+            await _db(take_in)(batch, self.key, directory, lambda: bool(held(self.runner.moment())))
+            self.reloaded_at = float("-inf")  # its new status, at the next step
             return False
         if batch.status == BatchStatus.FINALIZING:
             return await self._end(BatchStatus.COMPLETED)
@@ -172,16 +185,15 @@ class BatchRun:
 
     async def abort(self, only_waiting: bool = False) -> None:
         """Stop the lines in flight (their engine requests are aborted, their leases given back,
-        as for a client that leaves) and put them back to pending; `only_waiting`: only those
-        still waiting for a slot."""
-        stopped = {pk: line for pk, line in self.inflight.items() if not (only_waiting and line.granted)}
-        tasks = [line.task for line in stopped.values() if line.task is not None]
+        as for a client that leaves); they stay pending. `only_waiting`: only those still
+        waiting for a slot."""
+        tasks = [line.task for line in self.inflight.values()
+                 if line.task is not None and not (only_waiting and line.granted)]  # fmt: skip
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if stopped:
-            await _db(_back_to_pending)(set(stopped))
-            self.exhausted = False  # they are pending again: look before calling the batch done
+        if tasks:
+            self.exhausted = False  # they are to run again: look before calling the batch done
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [line.task for line in self.inflight.values() if line.task is not None]
@@ -230,18 +242,21 @@ class BatchRun:
         batch, key = self.batch, self.key
         assert key is not None
         _current_line.set(flight)  # this task's own context: GrantWatch marks it granted
-        attempt = await _db(_start_line)(line.pk)
-        tries, backoff = 0, 1.0
         try:
+            tries, backoff = 0, 1.0
             while True:
-                request_id = f"{batch.public_id}-{line.index}-{attempt}-{tries}"
+                # Unique per runner and try: the usage records keep one row per request id.
+                request_id = f"{batch.public_id}-{line.index}-{self.runner.token[:8]}-{tries}"
                 answer = await line_runner.send(self.runner.runtime, key, batch.endpoint, line.body, request_id)
                 tries += 1
                 if answer.ok or not answer.passing(tries):
                     break
                 await asyncio.sleep(min(answer.retry_after or backoff, MAX_BACKOFF_SECONDS))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
-            await asyncio.shield(_db(_record)(batch.pk, line.pk, attempt, answer, request_id))
+            await asyncio.shield(_db(_record)(batch.pk, line.pk, self.runner.token, answer, request_id))
+        except Exception:  # the database away, say: the line runs again, in this slice or the next
+            log.exception("batch %s: line %d could not run; it stays pending", batch.public_id, line.index)
+            self.exhausted = False
         finally:
             self.inflight.pop(line.pk, None)
 
@@ -275,7 +290,7 @@ class BatchRunner:
                 accepting = self.now() < deadline
                 if accepting and time.monotonic() >= next_claim:
                     next_claim = time.monotonic() + 1.0
-                    for batch in await _db(_claim)(self.token, self._moment(-self.claim_seconds), self._moment(),
+                    for batch in await _db(_claim)(self.token, self.moment(-self.claim_seconds), self.moment(),
                                                    set(self.runs)):
                         self.runs[batch.pk] = BatchRun(self, batch)
                         held += 1
@@ -293,14 +308,15 @@ class BatchRunner:
                 with contextlib.suppress(Exception):
                     await run.abort()
             await _db(_release)(self.token)
+            await _db(connections.close_all)()
 
-    def _moment(self, offset: float = 0.0) -> dt.datetime:
+    def moment(self, offset: float = 0.0) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.now() + offset, tz=dt.UTC)
 
     async def _renew(self) -> None:
         """Say this runner still holds its batches; drop any it lost (it was too slow to say so,
         and another runner has taken it over)."""
-        still = await _db(_renew_claims)(self.token, set(self.runs), self._moment())
+        still = await _db(_renew_claims)(self.token, set(self.runs), self.moment())
         for pk in set(self.runs) - still:
             log.warning("batch %s: claim lost to another runner", self.runs[pk].batch.public_id)
             run = self.runs.pop(pk)
@@ -316,14 +332,12 @@ class BatchRunner:
 
 
 def _claim(token: str, stale_before: dt.datetime, now: dt.datetime, held: set[int]) -> list[Batch]:
-    """Take every unfinished batch no live runner holds; their running lines back to pending."""
+    """Take every unfinished batch no live runner holds."""
     claimed = []
     free = Q(runner="") | Q(runner_seen_at__lt=stale_before)
     for pk in Batch.objects.unfinished().filter(free).exclude(pk__in=held).order_by("id").values_list("pk", flat=True):
-        with transaction.atomic():
-            if Batch.objects.filter(free, pk=pk, status__in=Batch.UNFINISHED).update(runner=token, runner_seen_at=now):
-                BatchLine.objects.filter(batch_id=pk, state=BatchLineState.RUNNING).update(state=BatchLineState.PENDING)
-                claimed.append(Batch.objects.select_related("input_file").get(pk=pk))
+        if Batch.objects.filter(free, pk=pk, status__in=Batch.UNFINISHED).update(runner=token, runner_seen_at=now):
+            claimed.append(Batch.objects.select_related("input_file").get(pk=pk))
     return claimed
 
 
@@ -351,31 +365,21 @@ def _pending_lines(batch_pk: int, skip: set[int]) -> list[PendingLine]:
 
 
 def _lines_left(batch_pk: int) -> bool:
-    unfinished = (BatchLineState.PENDING, BatchLineState.RUNNING)
-    return BatchLine.objects.filter(batch_id=batch_pk, state__in=unfinished).exists()
+    return BatchLine.objects.filter(batch_id=batch_pk, state=BatchLineState.PENDING).exists()
 
 
-def _start_line(pk: int) -> int:
-    """Mark the line running as a new attempt; its number."""
-    BatchLine.objects.filter(pk=pk).update(state=BatchLineState.RUNNING, attempt=F("attempt") + 1)
-    return BatchLine.objects.values_list("attempt", flat=True).get(pk=pk)
-
-
-def _record(batch_pk: int, line_pk: int, attempt: int, answer: line_runner.Answer, request_id: str) -> None:
-    """The line's result, if this attempt is still the line's current one, counted once."""
+def _record(batch_pk: int, line_pk: int, runner: str, answer: line_runner.Answer, request_id: str) -> None:
+    """The line's result and the batch's count, once, and only if `runner` still holds the batch
+    (a runner that lost it, too slow to renew its claim, writes nothing: the new one runs it)."""
     state = BatchLineState.DONE if answer.ok else BatchLineState.FAILED
     with transaction.atomic():
-        written = BatchLine.objects.filter(pk=line_pk, state=BatchLineState.RUNNING, attempt=attempt).update(
+        written = BatchLine.objects.filter(pk=line_pk, state=BatchLineState.PENDING, batch__runner=runner).update(
             state=state, status_code=answer.status, response=answer.body, request_id=request_id,
             error_code=answer.code or "", finished_at=dt.datetime.now(tz=dt.UTC),
         )  # fmt: skip
         if written:
             counter = "completed" if answer.ok else "failed"
             Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1})
-
-
-def _back_to_pending(line_pks: set[int]) -> None:
-    BatchLine.objects.filter(pk__in=line_pks, state=BatchLineState.RUNNING).update(state=BatchLineState.PENDING)
 
 
 def _fail_unfinished(batch: Batch, error: ApiError) -> None:

@@ -1,5 +1,5 @@
 """A gateway of its own for the batch-file tests: its files in a directory the tests can read, a
-file limit small enough to cross quickly yet above the 50 MiB memory test, five files a person, and a
+file limit just above the 200 MiB memory test, five files a person, and a
 body timeout short enough to test."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import start_gateway
 from tests.gateway_process import GatewayProcess
 
-FILE_LIMIT = 52 * 1024 * 1024
+FILE_LIMIT = 202 * 1024 * 1024
 FILES_PER_USER = 5
 BODY_TIMEOUT = 4.0  # a gap this long in an upload gets 408
 

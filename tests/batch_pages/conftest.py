@@ -49,7 +49,7 @@ def stored_file(owner_id: int, content: bytes, purpose: str = "batch_output") ->
 
 
 def make_batch(key: ApiKey, status: str = BatchStatus.IN_PROGRESS, *, done: int = 0, failed: int = 0,
-               pending: int = 0, running: int = 0, lately: int = 0,
+               pending: int = 0, lately: int = 0,
                started_ago: dt.timedelta = dt.timedelta(minutes=20), **fields) -> Batch:
     """A batch with its lines: the first `lately` of the done ones finished within the pace window,
     every other finished line long before it."""
@@ -60,8 +60,7 @@ def make_batch(key: ApiKey, status: str = BatchStatus.IN_PROGRESS, *, done: int 
         created_at=now - started_ago, in_progress_at=now - started_ago, expires_at=now + dt.timedelta(hours=24),
         **fields,
     )
-    states = ([BatchLineState.DONE] * done + [BatchLineState.FAILED] * failed + [BatchLineState.PENDING] * pending
-              + [BatchLineState.RUNNING] * running)
+    states = [BatchLineState.DONE] * done + [BatchLineState.FAILED] * failed + [BatchLineState.PENDING] * pending
     BatchLine.objects.bulk_create(
         BatchLine(batch=batch, index=n, custom_id=f"req-{n}", state=state,
                   finished_at=(now - (LATELY if n < lately else LONG_AGO))

@@ -30,7 +30,7 @@ def carols_batches(cast) -> dict[str, Batch]:
     output = stored_file(key.owner_id, b'{"custom_id": "req-0"}\n')
     errors = stored_file(key.owner_id, b'{"custom_id": "req-1"}\n')
     batches = {
-        "running": make_batch(key, done=120, failed=3, pending=370, running=7, lately=60),
+        "running": make_batch(key, done=120, failed=3, pending=377, lately=60),
         "new": make_batch(key, BatchStatus.VALIDATING),
         "finished": make_batch(key, BatchStatus.COMPLETED, output_file=output, error_file=errors),
         "failed": make_batch(key, BatchStatus.FAILED, errors={"object": "list", "data": [
@@ -133,7 +133,7 @@ def in_another_thread(work: Callable[[], object]) -> None:
 
 @pytest.mark.browser
 def test_the_capacity_page_follows_the_batch_work_without_a_reload(chromium, gateway, cast):
-    batch = make_batch(carol_key(cast), pending=3, running=1, done=2)
+    batch = make_batch(carol_key(cast), pending=4, done=2)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         errors: list[str] = []

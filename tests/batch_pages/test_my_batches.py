@@ -20,7 +20,7 @@ RESULTS = b'{"id": "batch_req_1", "custom_id": "req-0", "response": {"status_cod
 def test_the_owner_sees_each_batch_with_its_progress_and_time_left(carol_client, cast):
     key = carol_key(cast)
     # 60 lines in the last 5 minutes is one every 5 s: the 377 left take about 31 minutes.
-    running = make_batch(key, done=120, failed=3, pending=370, running=7, lately=60)
+    running = make_batch(key, done=120, failed=3, pending=377, lately=60)
     ended = make_batch(key, BatchStatus.COMPLETED, done=2)
     Batch.objects.filter(pk=ended.pk).update(total=2, completed=2)
 

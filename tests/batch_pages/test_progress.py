@@ -78,7 +78,7 @@ def test_without_lines_the_batch_counters_are_the_figures():
 @pytest.mark.django_db
 def test_line_counts_take_the_pace_from_finished_at(cast):
     key = carol_key(cast)
-    running = make_batch(key, done=5, failed=2, pending=3, running=1, lately=4)
+    running = make_batch(key, done=5, failed=2, pending=4, lately=4)
     other = make_batch(key, done=1, lately=1)
 
     now = running.created_at + dt.timedelta(minutes=20)
@@ -115,9 +115,9 @@ def test_an_ended_batch_shows_its_final_counters_not_its_lines(cast):
 def test_queued_work_counts_lines_still_to_run_in_batches_that_still_run(cast):
     key = carol_key(cast)
     assert queued_work().sentence == "No batch work queued."
-    make_batch(key, pending=3, running=1, done=2)
+    make_batch(key, pending=4, done=2)
     make_batch(key, BatchStatus.VALIDATING, pending=2)
-    make_batch(key, BatchStatus.CANCELLING, pending=5, running=1)  # its runner starts none of these
+    make_batch(key, BatchStatus.CANCELLING, pending=6)  # its runner starts none of these
     make_batch(key, BatchStatus.COMPLETED, done=4)
     make_batch(key, BatchStatus.EXPIRED, pending=7)  # left behind when its window ended
 
