@@ -13,8 +13,8 @@ Durability comes from the database, not the process:
   line: its result and the batch's count, in one transaction.
 
 Each batch keeps as many lines in flight as its key could get slots (the deployment's slots when
-its tier borrows idle ones, its caps otherwise) and two more waiting in admission's queue, so a
-freed slot is taken at once. Admission decides who runs: the runner never outruns a live client
+its tier borrows idle ones, its caps otherwise) and half as many again waiting in admission's
+queue, so a freed slot is taken at once. Admission decides who runs: the runner never outruns a live client
 of the same key, and interactive users keep their head start and the reserve.
 
 At the end of its slice a runner starts no more lines and gives back those still waiting in
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import datetime as dt
 import functools
 import logging
@@ -54,7 +55,6 @@ from fairness.scheduling.directory import ReplicaDirectory
 
 log = logging.getLogger(__name__)
 
-QUEUED_AHEAD = 2  # lines waiting in admission beyond the slots the batch can get
 KEY_CHECK_SECONDS = 10.0  # how soon a revoked key (or deactivated owner) stops its batches
 MAX_BACKOFF_SECONDS = 30.0
 FETCH_ROWS = 200
@@ -86,31 +86,52 @@ class LineInFlight:
     def __init__(self) -> None:
         self.task: asyncio.Task[None] | None = None
         self.granted = False
+        self.revoked = False  # admission asked its borrowed slot back: it runs again later
 
 
 _current_line: contextvars.ContextVar[LineInFlight | None] = contextvars.ContextVar("batch_line", default=None)
 
 
 class GrantWatch:
-    """The runtime's admission, as the runner's lines use it, noting when a line's request is
+    """The runtime's admission, as the runner's lines use it. A line's borrowing is revocable (it
+    may take the reserve too, and gives the slot back when an eligible request finds none: the
+    line is stopped, stays pending and runs again later); and it notes when a line's request is
     granted a slot (and again after a failed replica moved it back into the queue)."""
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
+        self._lines: dict[str, LineInFlight] = {}  # lease id -> its line
+        admission.on_revoke = self._revoke
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._admission, name)
 
     async def acquire(self, demand: Demand) -> Grant:
-        grant = await self._admission.acquire(demand)
-        self._mark(True)
+        grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow))
+        self._granted(grant)
         return grant
 
     async def move(self, grant: Grant, avoid: str) -> Grant:
         self._mark(False)
         moved = await self._admission.move(grant, avoid)
-        self._mark(True)
+        self._granted(moved)
         return moved
+
+    async def release(self, grant: Grant, *args: Any, **kwargs: Any) -> None:
+        self._lines.pop(grant.lease_id, None)
+        await self._admission.release(grant, *args, **kwargs)
+
+    def _granted(self, grant: Grant) -> None:
+        self._mark(True)
+        line = _current_line.get()
+        if line is not None:
+            self._lines[grant.lease_id] = line
+
+    def _revoke(self, lease_id: str) -> None:
+        line = self._lines.pop(lease_id, None)
+        if line is not None and line.task is not None and not line.task.done():
+            line.revoked = True
+            line.task.cancel()
 
     @staticmethod
     def _mark(granted: bool) -> None:
@@ -120,11 +141,14 @@ class GrantWatch:
 
 
 def window(key: KeyInfo, directory: ReplicaDirectory) -> int:
-    """Lines in flight for one batch: the slots its key could hold, and QUEUED_AHEAD."""
+    """Lines in flight for one batch: the slots its key could hold, and half as many again waiting
+    in admission's queue, so that slots freed together (lines of one length end together) are
+    taken again within admission's own round trip rather than the runner's."""
     slots = sum(r.max_num_seqs for r in directory.all if r.serves(key.tier.name))
     if not key.tier.borrow_idle_slots:
         slots = min(slots, key.tier.per_key_concurrency, key.tier.pool_concurrency or slots)
-    return max(1, slots) + QUEUED_AHEAD
+    slots = max(1, slots)
+    return slots + max(2, slots // 2)
 
 
 class BatchRun:
@@ -254,6 +278,10 @@ class BatchRun:
                 await asyncio.sleep(min(answer.retry_after or backoff, MAX_BACKOFF_SECONDS))
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             await asyncio.shield(_db(_record)(batch.pk, line.pk, self.runner.token, answer, request_id))
+        except asyncio.CancelledError:
+            if not flight.revoked:
+                raise
+            self.exhausted = False  # admission asked its slot back: it runs again, later
         except Exception:  # the database away, say: the line runs again, in this slice or the next
             log.exception("batch %s: line %d could not run; it stays pending", batch.public_id, line.index)
             self.exhausted = False

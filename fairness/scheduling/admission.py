@@ -116,6 +116,9 @@ class Demand:
     estimate: float = 0.0
     budgets: tuple[BudgetWindow, ...] = ()
     rate_limits: tuple[RateLimit, ...] = ()
+    # A borrower whose work can be redone (a batch runner's line): it may borrow the reserve too,
+    # and is asked to give the slot back (Admission.on_revoke) when an eligible request finds none.
+    revocable: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,8 @@ class Admission:
         self._half_life = repr(float(half_life_seconds))
         # Redis lost the capacities (restarted empty): this states them again, then acquire retries.
         self._on_unknown_group = on_unknown_group
+        # Called with a lease id when admission asks a revocable lease of this process back.
+        self.on_revoke: Callable[[str], None] | None = None
         # Tickets live one lease TTL past their last heartbeat, and a lease granted to a ticket
         # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
         # TTLs would drop a dead process's tickets sooner but break that renewal margin.
@@ -335,7 +340,7 @@ class Admission:
                     int(self._on_unknown_group is not None and not stated),
                     demand.association, repr(float(demand.share)), demand.fairshare_weight,
                     self._half_life, demand.estimate, budget_spec(demand.budgets, self._clock()),
-                    rate_spec(demand.rate_limits),
+                    rate_spec(demand.rate_limits), int(demand.revocable and demand.borrow),
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -563,7 +568,12 @@ class Admission:
             if message["type"] == "subscribe":
                 subscribed.set()
             elif message["type"] == "message":
-                handle, queued, borrowed, replica = text(message["data"]).split("|")
+                data = text(message["data"])
+                if data.startswith("revoke|"):
+                    if self.on_revoke is not None:
+                        self.on_revoke(data.removeprefix("revoke|"))
+                    continue
+                handle, queued, borrowed, replica = data.split("|")
                 self._queued.discard(handle)
                 future = self._waiters.get(handle)
                 if future is not None and not future.done():

@@ -58,7 +58,9 @@ def mid_generation(sim: EngineSimProcess) -> bool:
 
 
 def finished_at_engine(sim: EngineSimProcess) -> collections.Counter[str]:
-    return collections.Counter(r["user"] for r in sim.requests() if r["outcome"] in ("length", "stop"))
+    """How many times each batch line finished at the engine."""
+    return collections.Counter(r["user"] for r in sim.requests()
+                               if r["outcome"] in ("length", "stop") and (r["user"] or "").startswith("line-"))
 
 
 def test_a_runner_killed_mid_batch_is_taken_over_and_no_line_completes_twice(slow_client, slow_sim, start_runner):
@@ -142,5 +144,30 @@ def test_a_batch_longer_than_a_slice_goes_on_in_the_next_without_aborting_a_line
     assert done.status == "completed" and done.request_counts.completed == 64
     outcomes = collections.Counter(r["outcome"] for r in slow_sim.requests())
     assert outcomes == {"length": 64}, outcomes  # a slice's end gave back only lines not yet running
-    slices = re.findall(r"run_batches\[[\w-]+\] succeeded in [\d.]+s: [1-9]", runner.log_path.read_text())
-    assert len(slices) >= 2  # it did take more than one slice
+    def slices() -> int:  # runners that held it; the last logs its end just after the batch ends
+        return len(re.findall(r"run_batches\[[\w-]+\] succeeded in [\d.]+s: [1-9]", runner.log_path.read_text()))
+
+    wait_for(lambda: slices() >= 2, timeout=15, what="a second slice")  # it did take more than one
+
+
+def test_a_batch_borrows_all_but_a_spare_slot_and_a_chat_takes_it_at_once(slow_client, slow_sim, runner,
+                                                                           openai_for, cast):
+    batch = start_batch(slow_client, slow_lines(40))
+    # Its lines may borrow the reserve too (they can run again later): all but one spare slot.
+    wait_for(lambda: slow_sim.stats()["running"] == 7, timeout=60, interval=0.05, what="the batch on 7 of 8 slots")
+    assert slow_sim.stats()["running"] == 7  # never the eighth
+
+    chat = openai_for(cast["alice"]).chat.completions.with_raw_response.create(
+        model="slow", max_tokens=4, messages=[{"role": "user", "content": "hello"}]
+    )
+    # A line runs 1.7 s: waiting for one to end would show here. The chat took the spare, and the
+    # newest line was asked back so that the next chat finds one too.
+    assert int(chat.headers["X-GPUPortal-Queued-Ms"]) < 100
+    assert chat.parse().choices[0].message.content
+    wait_for(lambda: any(r["outcome"] == "abort" and (r["user"] or "").startswith("line-")
+                         for r in slow_sim.requests()), timeout=10, what="a line given back")  # fmt: skip
+
+    done = wait_for_status(slow_client, batch.id, ENDED, timeout=120)
+    assert done.status == "completed" and done.request_counts.completed == 40
+    finished = finished_at_engine(slow_sim)
+    assert set(finished) == {f"line-{n}" for n in range(40)} and max(finished.values()) == 1

@@ -13,6 +13,8 @@
 -- ARGV[25] the request's estimated weighted tokens, charged to the association when granted
 -- ARGV[26] budgets "field~ttl~limit,..." (lib.lua): refused when one is used up, else the
 --          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
+-- ARGV[28] 1 = revocable: a borrowed grant may take the reserve but a spare slot, and is asked
+--          back when needed (lib.lua)
 -- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left}  granted now (no message is
 --                                              published); budget left: the least any of its
 --                                              budgets has left after its reservation, or ''
@@ -26,6 +28,7 @@ local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
 local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local pref, avoid = ARGV[17], ARGV[18]
+local revocable = ARGV[28] == '1'
 QUIET = handle
 reap()
 if ARGV[20] == '1' and redis.call('HEXISTS', NS .. 'cap', group) == 0 then return {-2} end
@@ -83,13 +86,16 @@ if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
   local borrowed = nil
   if key_open(key) and pool_open(pool) then
     borrowed = 0
-  elseif borrow == '1' and free - 1 >= RESERVE and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
+  elseif borrow == '1' and (free - 1 >= RESERVE or (revocable and free - 1 >= spare()))
+      and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
     borrowed = 1
   end
   if borrowed then
     local left = admit_limits()
     local replica = choose_replica(group, pref, avoid)
-    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25], budgets)
+    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25], budgets, revocable,
+      ARGV[16])
+    ask_revocable(group)  -- the spare may be gone now
     return {1, borrowed, string.format('%.6f', NOW - enq), replica, left}
   end
 end
@@ -109,7 +115,7 @@ end
 
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid, ARGV[21], ARGV[23], ARGV[25], budgets)
+  avoid, ARGV[21], ARGV[23], ARGV[25], budgets, revocable)
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {1, g[1], string.format('%.6f', g[2]), g[3], left} end

@@ -34,6 +34,14 @@
 --   idx                          which member each stream/pool currently has in l2/l3/b
 --   ks:k  pg:p                   sets: "p|g" streams a key has queued; groups a pool has queued
 --   pe:p                         zset h -> enqueued_at, for the longest wait
+-- Revocable borrowing (a batch runner's lines: a ticket or lease field rv = 1; the lease keeps
+-- its process's channel chan): such a borrower may take the reserve too, all but one spare
+-- slot, and gives a slot back when asked, since its line runs again later. A chat takes the spare
+-- at once; whenever fewer slots are free than the spare plus the eligible tickets waiting, the
+-- newest revocable lease of the group (the least work lost) is asked back ("revoke|h" on its
+-- channel), so the next chat finds a spare again.
+--   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
+--   rvp                          hash group -> leases asked and not yet given back
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
@@ -452,12 +460,13 @@ local function refresh_pool(pool)
 end
 
 local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid,
-                       assoc, weight, estimate, budgets)
+                       assoc, weight, estimate, budgets, revocable)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
     'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
-    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight, 'est', estimate, 'bres', budgets or '')
+    'pref', pref, 'avoid', avoid, 'a', assoc, 'fw', weight, 'est', estimate, 'bres', budgets or '',
+    'rv', revocable and '1' or '0')
   if assoc ~= '' then
     redis.call('SADD', NS .. 'ak:' .. assoc, key)
     redis.call('SADD', NS .. 'fa', assoc)
@@ -473,11 +482,11 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
 end
 
 -- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc,
--- estimate, budgets} or nil.
+-- estimate, budgets, revocable} or nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. 'tx', handle)
   local t = redis.call('HMGET', NS .. 't:' .. handle, 'm', 'key', 'pool', 'group', 'enq', 'chan',
-    'pref', 'avoid', 'a', 'est', 'bres')
+    'pref', 'avoid', 'a', 'est', 'bres', 'rv')
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -499,8 +508,14 @@ local function dequeue(handle)
   return t
 end
 
-local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate, budgets)
+local function take(handle, key, pool, group, replica, borrowed, enq, expiry, assoc, estimate, budgets,
+                    revocable, chan)
   local fields = {'key', key, 'pool', pool, 'group', group, 'r', replica, 'b', borrowed, 'enq', enq, 'at', NOW}
+  if revocable and borrowed == 1 then
+    fields[#fields + 1] = 'rv'; fields[#fields + 1] = 1
+    fields[#fields + 1] = 'chan'; fields[#fields + 1] = chan
+    redis.call('ZADD', NS .. 'rv:' .. group, NOW, handle)
+  end
   if budgets and budgets ~= '' then
     fields[#fields + 1] = 'bres'; fields[#fields + 1] = budgets
     fields[#fields + 1] = 'best'; fields[#fields + 1] = estimate
@@ -522,10 +537,13 @@ end
 -- Give a lease back. `moving`: its request goes straight back to the queue (its replica failed
 -- it), so its key's cap has not really opened and its other waiting tickets gain no rank.
 local function free(handle, moving)
-  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b', 'r', 'a', 'est')
+  local l = redis.call('HMGET', NS .. 'l:' .. handle, 'key', 'pool', 'group', 'b', 'r', 'a', 'est', 'rv',
+    'asked')
   redis.call('ZREM', NS .. 'lx', handle)
   if not l[1] then return false end
   redis.call('DEL', NS .. 'l:' .. handle)
+  if l[8] then redis.call('ZREM', NS .. 'rv:' .. l[3], handle) end
+  if l[9] then hincr('rvp', l[3], -1) end
   -- It never ran: its estimate comes back (the grant on another replica charges it again).
   if moving and l[6] then charge(l[6], -num(l[7])) end
   local was_capped = not key_open(l[1])
@@ -553,27 +571,61 @@ local function grant(member, group)
   local replica = choose_replica(group, t[7] or '', t[8] or '')
   -- Borrowed: granted beyond the key's or the pool's cap, out of otherwise idle slots.
   local borrowed = ((not key_open(key)) or (not pool_open(pool))) and 1 or 0
-  take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10], t[11])
+  take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10], t[11], t[12] == '1', t[6])
   if handle ~= QUIET then
     redis.call('PUBLISH', t[6],
       handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed .. '|' .. replica)
   end
 end
 
+-- The slots a revocable borrower leaves free: one (none when the deployment keeps no reserve).
+local function spare()
+  return math.min(RESERVE, 1)
+end
+
+-- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
+-- borrowers to give slots back, beyond the asks still outstanding. Not while a restart hold
+-- makes the group look full.
+local function ask_revocable(group)
+  if redis.call('ZCARD', NS .. 'rv:' .. group) == 0 then return end
+  if redis.call('HEXISTS', NS .. 'hold', group) == 1 then return end
+  local wanted = redis.call('ZCARD', NS .. 'l3:' .. group) + spare() - free_slots(group)
+  local asked = num(redis.call('HGET', NS .. 'rvp', group))
+  for _ = 1, wanted - asked do
+    local handle = redis.call('ZRANGE', NS .. 'rv:' .. group, 0, 0, 'REV')[1]  -- the newest
+    if not handle then return end
+    redis.call('ZREM', NS .. 'rv:' .. group, handle)
+    local chan = redis.call('HGET', NS .. 'l:' .. handle, 'chan')
+    if chan then
+      redis.call('HSET', NS .. 'l:' .. handle, 'asked', 1)
+      hincr('rvp', group, 1)
+      redis.call('PUBLISH', chan, 'revoke|' .. handle)
+    end
+  end
+end
+
+-- Whether the waiting borrower `member` may have one of `free` slots: RESERVE must stay free, or
+-- only the spare for a revocable one.
+local function may_borrow(member, free)
+  if free - 1 >= RESERVE then return true end
+  return free - 1 >= spare() and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'rv') == '1'
+end
+
 -- Grant as many tickets of `group` as its replicas' free slots allow: eligible tickets first, in score
--- order; borrowers only when no eligible ticket waits and RESERVE slots would stay free.
+-- order; borrowers only when no eligible ticket waits and the reserve would stay free (see
+-- may_borrow); then ask revocable borrowers back if the spare is gone.
 local function pump(group)
   for _ = 1, 1000 do
     local free = free_slots(group)
-    if free <= 0 then return end
-    local member = head(NS .. 'l3:' .. group)
-    if not member then
-      if free - 1 < RESERVE then return end
+    local member = free > 0 and head(NS .. 'l3:' .. group)
+    if free > 0 and not member then
       member = head(NS .. 'b:' .. group)
-      if not member then return end
+      if member and not may_borrow(member, free) then member = nil end
     end
+    if not member then break end
     grant(member, group)
   end
+  ask_revocable(group)
 end
 
 local function pump_dirty()

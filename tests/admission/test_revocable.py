@@ -1,0 +1,95 @@
+"""Revocable borrowing (a batch runner's lines): such a borrower may take the reserve too, all
+but one spare slot; a chat takes the spare at once, and the newest revocable lease is asked back,
+once, on its own process's channel, so that the next chat finds a spare again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from fairness.scheduling.admission import Admission, Grant
+
+from .conftest import GROUP, alice, bob, carol, enqueue, eventually, granted, like, start
+
+runner_carol = like(carol, revocable=True)
+
+
+async def fill(admission: Admission, demand, n: int, clock=None) -> list[Grant]:
+    """n grants, a second apart on `clock` when given."""
+    grants = []
+    for _ in range(n):
+        grants.append(await granted(start(admission, demand)))
+        if clock is not None:
+            clock.advance(1.0)
+    return grants
+
+
+def asks(admission: Admission) -> list[str]:
+    heard: list[str] = []
+    admission.on_revoke = heard.append
+    return heard
+
+
+async def test_a_revocable_borrower_leaves_one_spare_slot_a_plain_one_the_reserve(admission: Admission) -> None:
+    await admission.set_capacity(GROUP, 8)
+    grants = await fill(admission, runner_carol, 7)
+    eighth = await enqueue(admission, runner_carol)
+    assert sum(g.borrowed for g in grants) == 6  # one within carol's cap, six borrowed
+    for grant in grants:
+        await admission.release(grant)
+    await granted(eighth)
+    tasks = [start(admission, like(carol, key_id="dave")) for _ in range(8)]
+    await eventually(lambda: sum(t.done() for t in tasks) == 5, what="five granted")  # 8 - one - reserve of 2
+    for task in [*tasks, eighth]:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_chat_takes_the_spare_at_once_and_the_newest_lease_is_asked_back_once(
+    make_admission: Callable[..., Awaitable[Admission]], clock,
+) -> None:
+    gateway, runner = await make_admission(), await make_admission()
+    heard = asks(runner)
+    await gateway.set_capacity(GROUP, 4)
+    lines = await fill(runner, runner_carol, 3, clock)
+
+    chat = await granted(start(gateway, alice))
+    assert chat.queued_seconds == 0.0 and not chat.borrowed
+    await eventually(lambda: heard, what="a lease asked back")
+    assert heard == [lines[-1].lease_id]  # the newest: the least work lost
+    await gateway.stats()  # calls pump again: nothing more is asked while the ask is outstanding
+    assert heard == [lines[-1].lease_id]
+
+    await runner.release(lines[-1])  # the spare is back: the next chat has it at once, and so on
+    assert (await granted(start(gateway, bob))).queued_seconds == 0.0
+    await eventually(lambda: len(heard) == 2, what="the next lease asked back")
+    assert heard[1] == lines[-2].lease_id
+
+
+async def test_chats_arriving_together_wait_only_for_leases_asked_back(
+    make_admission: Callable[..., Awaitable[Admission]],
+) -> None:
+    gateway, runner = await make_admission(), await make_admission()
+    heard = asks(runner)
+    await gateway.set_capacity(GROUP, 4)
+    lines = {g.lease_id: g for g in await fill(runner, runner_carol, 3)}
+    await granted(start(gateway, alice))  # the spare
+    waiting = await enqueue(gateway, bob)  # no slot: one more is asked for bob
+    await eventually(lambda: len(heard) == 2, what="two leases asked back")
+    for lease_id in heard:
+        await runner.release(lines[lease_id])
+    await granted(waiting)
+
+
+async def test_plain_borrowers_are_never_asked_and_a_chat_waits_for_an_end(
+    make_admission: Callable[..., Awaitable[Admission]],
+) -> None:
+    gateway, runner = await make_admission(reserve_slots=0), await make_admission(reserve_slots=0)
+    heard = asks(runner)
+    await gateway.set_capacity(GROUP, 2)
+    plain = await fill(runner, carol, 2)
+    waiting = await enqueue(gateway, alice)
+    await gateway.stats()
+    assert heard == [] and not waiting.done()
+    await runner.release(plain[0])
+    await granted(waiting)
