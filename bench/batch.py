@@ -3,6 +3,10 @@ side by side with the same lines sent by a well-behaved client at the batch tier
 
     .venv/bin/python -m bench.batch [--lines N] [--quick] [--speed X] [--redis-url URL]
 
+The engines run at enginesim's own pace by default (--speed 1: a line of 64 tokens lasts about
+0.7 s, as a short answer on a GPU); at --speed 3 the runner's few milliseconds per line weigh three
+times as much. The whole run takes about 14 minutes, most of it the baseline client's.
+
 One portal for the whole run: two enginesim replicas of 8 slots (16 in all), one gateway, one
 Celery worker with beat that runs batches (queues celery,batches; GP_BATCH_POLL_SECONDS 0.5), a
 private redis-server, a temporary SQLite file. alice, bob, dave and erin (interactive) chat in a
@@ -86,7 +90,7 @@ class Config:
     @classmethod
     def make(cls, lines: int | None, quick: bool, speed: float | None, line_tokens: int | None,
              redis_url: str | None) -> Config:  # fmt: skip
-        speed = speed or 3.0
+        speed = speed or 1.0
         return cls(lines=lines or (200 if quick else 2000), speed=speed, replicas=2, slots=8,
                    line_tokens=line_tokens or 64, chat_tokens=32, think=(1.0 / speed, 2.0 / speed),
                    idle_window=(15.0 if quick else 30.0), warmup=2.0, client_concurrency=2,
@@ -410,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lines", type=int, default=None, help="lines in the batch (default 2000)")
     parser.add_argument("--quick", action="store_true", help="200 lines and a short idle window")
-    parser.add_argument("--speed", type=float, default=None, help="enginesim speed (default 3)")
+    parser.add_argument("--speed", type=float, default=None, help="enginesim speed (default 1)")
     parser.add_argument(
         "--line-tokens",
         type=int,
