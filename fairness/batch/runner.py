@@ -270,8 +270,9 @@ class BatchRun:
         try:
             tries, backoff = 0, 1.0
             while True:
-                # Unique per runner and try: the usage records keep one row per request id.
-                request_id = f"{batch.public_id}-{line.index}-{self.runner.token[:8]}-{tries}"
+                # Unique per runner and try (the usage records keep one row per request id), and
+                # within their 40 characters: the line's row id names the batch and the line.
+                request_id = f"batch-{line.pk}-{self.runner.token[:8]}-{tries}"
                 answer = await line_runner.send(self.runner.runtime, key, batch.endpoint, line.body, request_id)
                 tries += 1
                 if answer.ok or not answer.passing(tries):
