@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.gateway_process import ROOT
@@ -15,11 +18,13 @@ class WorkerProcess:
     def __init__(self, env: dict[str, str], log_path: Path, queues: str = "celery") -> None:
         """`queues`: "celery,batches" for a worker that also runs batches (fairness/batch/tasks.py)."""
         self.log_path = log_path
+        # Beat's schedule in a directory of its own: a file left by a killed worker is never read.
+        self._beat_dir = tempfile.mkdtemp(prefix="beat-")
         self._log = open(log_path, "wb")  # noqa: SIM115 -- the process writes to it until stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "-B", "--loglevel", "INFO",
              "--concurrency", "1", "--pool", "solo", "--queues", queues,
-             "--schedule", str(log_path.with_suffix(".beat"))],
+             "--schedule", os.path.join(self._beat_dir, "schedule")],
             cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -35,11 +40,18 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
-        self._log.close()
+        self._end_group()
 
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is given back, nothing is flushed."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+        self._end_group()
+
+    def _end_group(self) -> None:
+        """No child (beat's) outlives the worker to send tasks into the next test's broker."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self._log.close()
+        shutil.rmtree(self._beat_dir, ignore_errors=True)

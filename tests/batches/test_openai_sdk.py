@@ -35,7 +35,7 @@ def test_a_batch_runs_to_completed_with_every_custom_id_answered_once(openai_for
 
     # Every line was a request of carol's key, accounted as any other.
     wait_for(lambda: UsageRecord.objects.filter(key_id=cast["carol"].key_id, status=200).count() == 20,
-             timeout=20, what="the lines' usage records")  # fmt: skip
+             timeout=60, what="the lines' usage records", evidence=runner.log_tail)  # fmt: skip
     longest = UsageRecord._meta.get_field("request_id").max_length  # PostgreSQL refuses longer ones
     assert all(len(r) <= longest for r in UsageRecord.objects.values_list("request_id", flat=True))
 
