@@ -30,6 +30,7 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 #   rej|tier|reason            uperr|replica
 #   usage|pushed   usage|drained   (the usage backlog's books: see usage_commands)
 #   usage|retried  usage|outbox_dropped  usage|repushed   (the per-process outboxes: usage_outbox.py)
+#   usage|rejected   (events the flush set aside: telemetry/usage.py)
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -57,6 +58,7 @@ USAGE_DRAINED = "usage|drained"
 USAGE_RETRIED = "usage|retried"  # events an outbox got into Redis after their first try failed
 USAGE_OUTBOX_DROPPED = "usage|outbox_dropped"  # events an outbox dropped at its bound
 USAGE_REPUSHED = "usage|repushed"  # events pushed again because Redis restarted empty
+USAGE_REJECTED = "usage|rejected"  # events the flush set aside: unreadable, or refused by the database
 
 
 def usage_record(event: UsageEvent) -> Command:

@@ -21,6 +21,7 @@ from fairness.gateway.errors import ApiError
 
 EVENT_END = b"\n\n"
 UNSTARTED_GRACE_SECONDS = 10.0
+MOST_TOKENS = 2**31 - 1  # what the usage records' columns hold
 
 
 @dataclass
@@ -32,9 +33,18 @@ class StreamTally:
     failed: bool = False
     finished: bool = False  # the engine's [DONE] went through
 
-    def take_usage(self, usage: dict[str, Any]) -> None:
-        self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens = int(usage.get("completion_tokens") or 0)
+    def take_usage(self, usage: Any) -> None:
+        """The engine's counts, as far as they are counts: an engine is not trusted to send
+        whole numbers, and a negative one would credit budgets and fair share."""
+        if isinstance(usage, dict):
+            self.prompt_tokens = _token_count(usage.get("prompt_tokens"))
+            self.completion_tokens = _token_count(usage.get("completion_tokens"))
+
+
+def _token_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:  # NaN
+        return 0
+    return int(min(max(value, 0), MOST_TOKENS))
 
 
 class Relay:

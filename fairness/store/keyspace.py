@@ -61,6 +61,9 @@ def health_failures(replica_name: str, base_url: str) -> str:
 # database by the flush task (telemetry/usage.py); entries stay until their batch is committed,
 # or until GP_USAGE_BACKLOG_MAX newer ones push them out (counted as dropped)
 USAGE_EVENTS = PREFIX + ":usage"
+# list of the raw usage events the flush set aside (not readable, or refused by the database for
+# their data), so one cannot fail every batch it sits in; the newest 10,000 kept, never expires
+USAGE_REJECTED = PREFIX + ":usage:rejected"
 # lock (redis-py Lock), 60 s: one flusher at a time
 USAGE_FLUSH_LOCK = PREFIX + ":usage:flush-lock"
 # string, JSON: the dropped-events count the alert check last saw and when it last rose

@@ -30,7 +30,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from fairness.gateway.accounting import USAGE_OUTBOX_DROPPED, USAGE_REPUSHED, USAGE_RETRIED, WAIT_BUCKETS
+from fairness.gateway.accounting import (
+    USAGE_OUTBOX_DROPPED,
+    USAGE_REJECTED,
+    USAGE_REPUSHED,
+    USAGE_RETRIED,
+    WAIT_BUCKETS,
+)
 from fairness.models import Tier
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
@@ -143,6 +149,12 @@ class GatewayCollector(Collector):
             "gpuportal_usage_repushed",
             "Usage events pushed again because Redis restarted empty before they were flushed.",
             value=counters.get(USAGE_REPUSHED, 0.0),
+        )
+        yield CounterMetricFamily(
+            "gpuportal_usage_events_rejected",
+            "Usage events the flush set aside because they could not be read or the database "
+            "refused their data; kept in Redis (keyspace.USAGE_REJECTED) for a person to look at.",
+            value=counters.get(USAGE_REJECTED, 0.0),
         )
         yield GaugeMetricFamily(
             "gpuportal_usage_outbox_waiting",

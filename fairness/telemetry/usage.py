@@ -9,22 +9,37 @@ A request's event may arrive more than once: the gateway pushes again what a res
 have lost, and retries what it could not tell Redis took (gateway/usage_outbox.py). The flush
 writes one row per request id: the database refuses a second (UsageRecord's unique request_id),
 and each batch leaves out the ids already written, so the hourly rollup counts each once too.
+
+An event the flush cannot write for what it holds (not readable, or refused by the database: a
+count no column takes, say) is set aside in keyspace.USAGE_REJECTED and counted, never retried:
+left in the list it would fail every batch it sat in, and the records behind it with it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from typing import NamedTuple
 
 import redis
 import redis.asyncio
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 
-from fairness.gateway.accounting import USAGE_DRAINED, USAGE_PUSHED, UsageEvent, dropped_events
+from fairness.gateway.accounting import (
+    USAGE_DRAINED,
+    USAGE_PUSHED,
+    USAGE_REJECTED,
+    UsageEvent,
+    dropped_events,
+)
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
 from fairness.telemetry import usage_rollup
+
+log = logging.getLogger(__name__)
+
+REJECTED_KEPT = 10_000  # the newest events set aside, for a person to look at
 
 
 def flush(client: redis.Redis, batch_size: int = 1000) -> int:
@@ -38,33 +53,79 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
         if not raw:
             return 0
         by_id: dict[str, UsageEvent] = {}
+        rejected: list[bytes | str] = []
         for item in raw:
-            event = json.loads(item)
-            by_id.setdefault(event["request_id"], event)  # a copy pushed again is left out
+            event = _readable(item)
+            if event is None:
+                rejected.append(item)
+            else:
+                by_id.setdefault(event["request_id"], event)  # a copy pushed again is left out
         events = list(by_id.values())
-        key_ids = {e["key_id"] for e in events}
-        known = set(ApiKey.objects.filter(pk__in=key_ids).values_list("pk", flat=True))
+        known = set(ApiKey.objects.filter(pk__in={e["key_id"] for e in events}).values_list("pk", flat=True))
         with transaction.atomic():
             written = set(
                 UsageRecord.objects.filter(request_id__in=[e["request_id"] for e in events])
                 .values_list("request_id", flat=True)
             )
-            rows = [  # deleted keys' events drop
-                _row(e) for e in events if e["key_id"] in known and e["request_id"] not in written
-            ]
-            UsageRecord.objects.bulk_create(rows)
+            rows, refused = _insert([  # deleted keys' events drop
+                e for e in events if e["key_id"] in known and e["request_id"] not in written
+            ])
             usage_rollup.add(rows)
             for key_id, at in _last_use_by_key(rows).items():
                 # update() sends no signals, so this does not disturb the gateways' caches.
                 ApiKey.objects.filter(pk=key_id).update(last_used_at=at)
+        rejected += [json.dumps(event).encode() for event in refused]
         # One MULTI: the books (pushed = drained + queued + dropped) must balance at any instant.
         with client.pipeline(transaction=True) as pipe:
             pipe.ltrim(keyspace.USAGE_EVENTS, len(raw), -1)
             pipe.hincrby(keyspace.GATEWAY_COUNTERS, USAGE_DRAINED, len(raw))
+            if rejected:
+                pipe.rpush(keyspace.USAGE_REJECTED, *rejected)
+                pipe.ltrim(keyspace.USAGE_REJECTED, -REJECTED_KEPT, -1)
+                pipe.hincrby(keyspace.GATEWAY_COUNTERS, USAGE_REJECTED, len(rejected))
             pipe.execute()
+        if rejected:
+            log.error("usage flush: %d events the database refused or could not read were set aside in %s",
+                      len(rejected), keyspace.USAGE_REJECTED)  # fmt: skip
         return len(rows)
     finally:
         lock.release()
+
+
+def _readable(item: bytes | str) -> UsageEvent | None:
+    """The event, or None when it is not one (it would fail every batch it sat in)."""
+    try:
+        event = json.loads(item)
+        _row(event)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not (isinstance(event["key_id"], int) and isinstance(event["request_id"], str)):
+        return None
+    return event  # type: ignore[no-any-return]
+
+
+def _insert(events: list[UsageEvent]) -> tuple[list[UsageRecord], list[UsageEvent]]:
+    """Write the events' rows; returns the rows written and the events the database refused.
+
+    One INSERT for the batch. Only when that is refused for its data (a value too long for its
+    column, say) is each row tried on its own, so one bad event cannot hold back the rest; an
+    error of the database itself (it is away) fails the flush, and the next one tries again."""
+    rows = [_row(e) for e in events]
+    try:
+        with transaction.atomic():
+            return UsageRecord.objects.bulk_create(rows), []
+    except (DataError, IntegrityError, ValueError, TypeError):
+        pass
+    written, refused = [], []
+    for event, row in zip(events, rows, strict=True):
+        try:
+            with transaction.atomic():
+                UsageRecord.objects.bulk_create([row])
+            written.append(row)
+        except (DataError, IntegrityError, ValueError, TypeError):
+            log.exception("usage flush: the database refused request %s's record", event.get("request_id"))
+            refused.append(event)
+    return written, refused
 
 
 class Backlog(NamedTuple):

@@ -21,6 +21,7 @@ class VerboseEngine:
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.usage: object = {"prompt_tokens": 1, "completion_tokens": 1}  # what answers report
         self.port = free_port()
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -43,8 +44,7 @@ class VerboseEngine:
                 if BIG.encode() in body:
                     content = json.dumps({"filler": "x" * self.size}).encode()
                 else:
-                    usage = {"prompt_tokens": 1, "completion_tokens": 1}
-                    content = json.dumps({"choices": [], "usage": usage}).encode()
+                    content = json.dumps({"choices": [], "usage": self.usage}).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                              b"content-length: %d\r\n\r\n" % len(content) + content)
                 await writer.drain()

@@ -1,4 +1,5 @@
 import asyncio
+import json
 import time
 
 import pytest
@@ -7,7 +8,8 @@ import redis.asyncio
 from fairness.gateway import accounting
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
-from fairness.telemetry import usage
+from fairness.telemetry import gateway_metrics, usage
+from tests.metrics.conftest import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,3 +88,44 @@ def test_an_event_pushed_again_is_written_and_rolled_up_once(cast, redis_client,
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-1", "req-2", "req-3"]
     assert UsageHourly.objects.get(key_id=bob).requests == 3
     assert redis_client.llen(keyspace.USAGE_EVENTS) == 0
+
+
+def test_events_that_cannot_be_written_are_set_aside_and_the_rest_are_written(cast, redis_client, redis_url):
+    """One bad event must not fail every flush it sits in: the records behind it would never be
+    written, and the backlog would fill until events were dropped."""
+    alice = cast["alice"]
+    push(redis_url, event(alice.key_id, request_id="good-1"),
+         event(alice.key_id, request_id="refused", prompt_tokens="many"),  # no column takes it
+         event(alice.key_id, request_id="negative", completion_tokens=-3),  # the database's check refuses it
+         event(alice.key_id, request_id="good-2"))  # fmt: skip
+    redis_client.rpush(keyspace.USAGE_EVENTS, b"not json", b"[1, 2]", b'{"request_id": "no-fields"}')
+    push(redis_url, event(alice.key_id, request_id="good-3"))
+
+    assert usage.flush(redis_client) == 3
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["good-1", "good-2", "good-3"]
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 0
+    aside = redis_client.lrange(keyspace.USAGE_REJECTED, 0, -1)
+    assert sorted(aside[:3]) == sorted([b"not json", b"[1, 2]", b'{"request_id": "no-fields"}'])
+    assert sorted(json.loads(item)["request_id"] for item in aside[3:]) == ["negative", "refused"]
+    counters = redis_client.hgetall(keyspace.GATEWAY_COUNTERS)
+    assert int(counters[accounting.USAGE_REJECTED.encode()]) == 5
+    assert int(counters[accounting.USAGE_DRAINED.encode()]) == 8  # the books still balance
+    samples = Samples(asyncio.run(gateway_metrics.exposition()).decode())
+    assert samples.get("gpuportal_usage_events_rejected_total") == 5
+    assert samples.get("gpuportal_usage_events_dropped_total") == 0
+
+
+def test_a_database_that_is_away_keeps_every_event_for_the_next_flush(cast, redis_client, redis_url, monkeypatch):
+    from django.db import OperationalError
+
+    push(redis_url, event(cast["alice"].key_id))
+
+    def away(*args, **kwargs):
+        raise OperationalError("the database is away")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(UsageRecord.objects, "bulk_create", away)
+        with pytest.raises(OperationalError):
+            usage.flush(redis_client)
+    assert redis_client.llen(keyspace.USAGE_EVENTS) == 1 and not redis_client.exists(keyspace.USAGE_REJECTED)
+    assert usage.flush(redis_client) == 1

@@ -1,0 +1,51 @@
+"""An engine's usage counts are not trusted: what is not a count is 0, a negative count is 0 (it
+would credit the key's budget and fair share), and a huge one is held to what the records hold.
+Every such answer still reaches its client, and its usage record is written."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from fairness.gateway.sse_relay import MOST_TOKENS, StreamTally
+from fairness.models import Replica, UsageRecord
+from fairness.store.redis_clients import redis_sync
+from fairness.telemetry import usage
+from tests.conftest import MODEL, start_gateway
+from tests.proxy.test_engine_answer_caps import VerboseEngine
+
+HOSTILE = [
+    ({"prompt_tokens": -5, "completion_tokens": -1}, (0, 0)),
+    ({"prompt_tokens": "many", "completion_tokens": [3]}, (0, 0)),
+    ({"prompt_tokens": 10**30, "completion_tokens": 2.5}, (MOST_TOKENS, 2)),
+    ({"prompt_tokens": True, "completion_tokens": None}, (0, 0)),
+    ([1, 2], (0, 0)),
+]
+
+
+@pytest.mark.parametrize(("reported", "counted"), HOSTILE)
+def test_the_tally_takes_only_counts(reported, counted):
+    tally = StreamTally()
+    tally.take_usage(reported)
+    assert (tally.prompt_tokens, tally.completion_tokens) == counted
+
+
+def test_answers_with_hostile_counts_reach_their_clients_and_are_recorded_within_bounds(
+    live_db_url, redis_url, cast
+):
+    engine = VerboseEngine(size=0)
+    Replica.objects.create(name="hostile", base_url=f"http://127.0.0.1:{engine.port}", model=MODEL)
+    gateway = start_gateway(live_db_url, name="hostile-counts")
+    headers = {"authorization": f"Bearer {cast['alice'].secret}"}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    try:
+        for reported, _ in HOSTILE:
+            engine.usage = reported
+            answer = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+            assert answer.status_code == 200, answer.text
+    finally:
+        gateway.stop()
+        engine.close()
+    usage.flush(redis_sync())
+    recorded = sorted(UsageRecord.objects.values_list("prompt_tokens", "completion_tokens"))
+    assert recorded == sorted(counted for _, counted in HOSTILE)
