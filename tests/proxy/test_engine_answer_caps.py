@@ -30,9 +30,10 @@ class VerboseEngine:
             self.server = await asyncio.start_server(self._answer, "127.0.0.1", self.port)
             started.set()
 
-        threading.Thread(
+        self.thread = threading.Thread(
             target=lambda: (self.loop.run_until_complete(serve()), self.loop.run_forever()), daemon=True
-        ).start()
+        )
+        self.thread.start()
         assert started.wait(5)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -54,8 +55,20 @@ class VerboseEngine:
             writer.close()
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        """Ends its connections on its own loop, then the loop: a connection's coroutine left to
+        the garbage collector would run its cleanup on a closed loop, at whatever moment."""
+
+        async def shutdown() -> None:
+            self.server.close()
+            connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in connections:
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
 
 
 @pytest.fixture
