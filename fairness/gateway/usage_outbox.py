@@ -91,6 +91,7 @@ class UsageOutbox:
         self._process = uuid.uuid4().hex
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._stop = asyncio.Event()  # set by close(): the loop ends after the step it is taking
 
     @property
     def waiting(self) -> int:
@@ -112,18 +113,24 @@ class UsageOutbox:
         self._wake()
 
     async def close(self, timeout: float = 2.0) -> None:
-        """One last, bounded try; what Redis has not taken by then is lost (and logged)."""
+        """One last, bounded try; what Redis has not taken by then is lost (and logged). A push
+        in flight is let finish, not cancelled: cancelled after Redis ran it, it would be kept
+        and pushed a second time."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self._stop.set()
         try:
             async with asyncio.timeout(timeout):
+                if self._task is not None:
+                    await asyncio.wait({self._task})  # it ends after the step it is taking
                 await self._check()
                 await self._retry()
         except (redis.exceptions.RedisError, OSError, TimeoutError):
             log.warning("gateway shutdown: Redis unavailable")
+        finally:
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         if self._pending or self._dropped:
             log.error("gateway shutdown: %d usage events lost", len(self._pending) + self._dropped)
 
@@ -135,7 +142,7 @@ class UsageOutbox:
         delay, longest = self._backoff
         failing = False
         try:
-            while self._pending or self._recent:
+            while (self._pending or self._recent) and not self._closed:
                 try:
                     await self._check()
                     await self._retry()
@@ -144,16 +151,21 @@ class UsageOutbox:
                     if not failing:
                         log.warning("usage outbox: Redis unavailable; %d events kept", len(self._pending))
                     failing = True
-                    await asyncio.sleep(delay)
+                    await self._pause(delay)
                     delay = min(delay * 2, longest)
                     continue
                 if failing:
                     log.warning("usage outbox: Redis is back")
                 failing = False
                 delay = self._backoff[0]
-                await asyncio.sleep(self._idle)
+                await self._pause(self._idle)
         finally:
             self._task = None
+
+    async def _pause(self, seconds: float) -> None:
+        """A sleep that close() ends at once."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _check(self) -> None:
         """After a new connection, read the boot id; a new one means Redis restarted empty."""

@@ -215,3 +215,40 @@ def test_a_fair_share_charge_whose_release_failed_is_charged_once_redis_is_back(
             await runtime.close()
 
     assert asyncio.run(scenario()) == {"7": pytest.approx(10 + 2 * 20)}
+
+
+def test_closing_lets_a_push_in_flight_finish_rather_than_push_it_twice(store, cast):
+    """Redis has run the retry's push and its reply is on its way when the process shuts down:
+    cancelled then, the push would count as failed, and the last try would push it again."""
+    carol = cast["carol"].key_id
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(store.url())
+        lane = RedisLane.like(client)
+        outbox = UsageOutbox(lane, backoff=(0.02, 0.1), idle_seconds=0.05)
+        ran, reply = asyncio.Event(), asyncio.Event()
+        send = outbox._send
+
+        async def reply_late(*commands):
+            replies = await send(*commands)
+            if any(command[0] == "RPUSH" for command in commands):
+                ran.set()
+                await reply.wait()
+            return replies
+
+        outbox._send = reply_late
+        try:
+            outbox.keep(event(carol, 1), admitted=True, refusal=None)
+            await ran.wait()
+            closing = asyncio.ensure_future(outbox.close())
+            await asyncio.sleep(0)  # close() begins while the reply is still on its way
+            reply.set()
+            await closing
+            assert outbox.waiting == 0
+        finally:
+            await lane.aclose()
+            await client.aclose()
+
+    asyncio.run(scenario())
+    assert queued(store) == ["req-1"]
+    assert counters(store)[accounting.USAGE_RETRIED] == 1
