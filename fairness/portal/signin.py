@@ -112,7 +112,8 @@ class SignInView(auth_views.LoginView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context.update(sso=bool(settings.GP_OIDC_ISSUER), local_signin=settings.GP_LOCAL_SIGNIN)
+        context.update(sso=bool(settings.GP_OIDC_ISSUER), local_signin=settings.GP_LOCAL_SIGNIN,
+                       directory=bool(settings.GP_LDAP_SERVER_URI))
         return context
 
     def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:

@@ -26,6 +26,20 @@ def test_the_sign_in_page_shows_the_sso_button_only_when_an_issuer_is_set(db, oi
     assert Client().get("/oidc/authenticate/").status_code == 404
 
 
+def test_the_password_form_s_heading_says_whose_passwords_it_takes(db, oidc_provider: Provider):
+    def heading() -> str:
+        page = Client().get("/accounts/login/").content.decode()
+        return page.split('id="password-heading">')[1].split("</h2>")[0]
+
+    with override_settings(**sso_settings(oidc_provider.issuer)):
+        assert heading() == "With a password"
+        with override_settings(GP_LOCAL_SIGNIN="staff"):
+            assert heading() == "Staff: with a password"
+            # Directory users sign in on this form too, whatever GP_LOCAL_SIGNIN says.
+            with override_settings(GP_LDAP_SERVER_URI="ldap://127.0.0.1:1"):
+                assert heading() == "With your directory password"
+
+
 def test_a_discovery_document_naming_another_issuer_is_refused(db, oidc_provider: Provider):
     # The same provider reached by another name: its document names 127.0.0.1, not localhost.
     wrong = oidc_provider.issuer.replace("127.0.0.1", "localhost")
