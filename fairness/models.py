@@ -76,7 +76,8 @@ class Tier(models.Model):
         default=list, blank=True, help_text="Models its keys may use; empty for every model."
     )
     self_service_keys = models.BooleanField(
-        default=True, help_text="Its users may make, rotate and revoke their own keys on their page."
+        default=True,
+        help_text="Its users may make and rotate their own keys on their page (anyone may revoke their own).",
     )
     max_key_days = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],

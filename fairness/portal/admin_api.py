@@ -248,7 +248,8 @@ class TierSchema(Input):
         "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
     )
     allowed_models: list[ModelName] = Field(default_factory=list, description=ALLOWED_MODELS)
-    self_service_keys: bool = Field(True, description="Its users make, rotate and revoke their own keys on /me/keys/.")
+    self_service_keys: bool = Field(True, description="Its users make and rotate their own keys on /me/keys/ "
+                                                      "(anyone may revoke their own).")
     max_key_days: int | None = Field(None, ge=1, le=3650, description="The longest a key its users make may live; "
                                      "null for no limit.")
 

@@ -278,7 +278,7 @@ class TierForm(NoColon, forms.ModelForm):
             "engine_priority": "Engine priority (lower runs first)",
             "borrow_idle_slots": "May borrow idle slots",
             "isolate_prefix_cache": "Keep each user's prefix cache apart",
-            "self_service_keys": "Its users make, rotate and revoke their own keys",
+            "self_service_keys": "Its users make and rotate their own keys",
             "max_key_days": "Longest life of a key they make (days)",
         }
 

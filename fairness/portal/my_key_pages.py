@@ -84,9 +84,9 @@ def keys(request: SignedInRequest) -> HttpResponse:
             else:
                 return _secret_page(request, key, secret)
     rows = key_rows(_get_keys_for_user(request.user), now, key_load(), tokens_last_day())
-    managed = {key.prefix for key in _get_keys_for_user(request.user) if not self_service.key_refusal(key)}
+    rotatable = {key.prefix for key in _get_keys_for_user(request.user) if not self_service.rotate_refusal(key)}
     return render(request, "me/keys.html", {
-        "rows": [(row, row.key.prefix in managed) for row in rows],
+        "rows": [(row, row.key.prefix in rotatable) for row in rows],
         "form": form, "reason": reason, "tier": tier, "max_keys": self_service.max_keys(),
         "live": self_service.live_keys(request.user, now).count(),
     }, status=status)
@@ -96,7 +96,7 @@ def keys(request: SignedInRequest) -> HttpResponse:
 @sensitive_variables("secret")
 def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     key = _get_key_for_user(request.user, prefix)
-    reason = self_service.key_refusal(key)
+    reason = self_service.rotate_refusal(key)
     if not reason and (key.revoked_at is not None or key.is_expired()):
         reason = f"{key.prefix}… no longer works: make a new key instead."
     if not reason and request.method != "POST" and _in_grace(key):
@@ -127,10 +127,6 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     key = _get_key_for_user(request.user, prefix)
     if key.revoked_at is not None:  # a second click, or a stale tab
         messages.info(request, f"{key.prefix}… was already revoked.")
-        return redirect("me-keys")
-    reason = self_service.key_refusal(key)
-    if reason:
-        messages.error(request, reason)
         return redirect("me-keys")
     if request.method == "POST":
         self_service.revoke_own(_actor(request), key)

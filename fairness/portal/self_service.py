@@ -5,7 +5,8 @@
   tier a sign-in group mapping gives one of their accounts, their default account first. With
   neither, staff issue their first key.
 - **Whether at all.** Only on a tier with `self_service_keys` on; a key of a tier with it off is
-  managed by staff alone (made, rotated and revoked), as the tier's setting says.
+  made and rotated by staff alone, as the tier's setting says. Its owner may still revoke it:
+  whoever sees their secret leak must be able to stop it at once, and a revoke only takes away.
 - **How many.** At most `GP_MAX_KEYS_PER_USER` live keys, counting those staff issued and an old
   key still in its grace after a rotation.
 - **How long.** No longer than the tier's `max_key_days` (no limit when empty); a rotated key
@@ -77,10 +78,10 @@ def refusal(user: User, tier: Tier | None, now: dt.datetime) -> str:
     return ""
 
 
-def key_refusal(key: ApiKey) -> str:
-    """Why its owner may not rotate or revoke `key` on their page ("" when they may)."""
+def rotate_refusal(key: ApiKey) -> str:
+    """Why its owner may not rotate `key` on their page ("" when they may)."""
     if not key.tier.self_service_keys:
-        return f"Keys of tier {key.tier.name} are managed by staff: ask them to rotate or revoke {key.prefix}…."
+        return f"Keys of tier {key.tier.name} are rotated by staff: ask them for a new secret for {key.prefix}…."
     return ""
 
 
@@ -122,7 +123,7 @@ def rotate_own(actor: actions.Actor, key: ApiKey, grace_seconds: int = 0,
     assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
     now = now or timezone.now()
     user = _locked(actor.user)
-    reason = key_refusal(key)
+    reason = rotate_refusal(key)
     if reason:
         raise Refused(reason)
     if key.revoked_at is not None or key.is_expired(now):
@@ -135,9 +136,6 @@ def rotate_own(actor: actions.Actor, key: ApiKey, grace_seconds: int = 0,
 
 @transaction.atomic
 def revoke_own(actor: actions.Actor, key: ApiKey) -> ApiKey:
-    """Revokes one of the actor's own keys. Raises Refused."""
+    """Revokes one of the actor's own keys, whatever its tier (see the module's rules)."""
     assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
-    reason = key_refusal(key)
-    if reason:
-        raise Refused(reason)
     return actions.revoke(actor, key)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from fairness.models import Account, ApiKey, GroupMapping, Membership, Tier
+from fairness.models import Account, ApiKey, AuditEntry, GroupMapping, Membership, Tier
 from fairness.portal import self_service
 from fairness.portal.actions import Actor
 from fairness.portal.submit_once import new_token
@@ -82,20 +82,26 @@ def test_no_more_live_keys_than_the_setting_allows(alice, cast, settings):
     assert make_key(alice, label="third")[0]
 
 
-def test_no_self_service_on_a_tier_with_it_off(alice, cast):
+def test_no_self_service_on_a_tier_with_it_off_but_the_owner_may_still_revoke(alice, cast):
     Tier.objects.filter(name="interactive").update(self_service_keys=False)
     page = alice.get("/me/keys/").content.decode()
     assert "Keys of tier interactive are managed by staff" in page and "Make key" not in page
-    assert "/rotate/" not in page and "/revoke/" not in page
+    assert "/rotate/" not in page and "rotated by staff" in page
 
     secret, refused = make_key(alice)
     assert not secret and refused.status_code == 403
     key = ApiKey.objects.get(pk=cast["alice"].key_id)
-    for path in (f"/me/keys/{key.prefix}/rotate/", f"/me/keys/{key.prefix}/revoke/"):
-        response = alice.post(path, {"grace_seconds": 0, "once": new_token()}, follow=True)
-        assert "managed by staff" in response.content.decode()
+    rotated = alice.post(f"/me/keys/{key.prefix}/rotate/", {"grace_seconds": 0, "once": new_token()}, follow=True)
+    assert "rotated by staff" in rotated.content.decode()
     key.refresh_from_db()
     assert key.revoked_at is None and live_count("alice") == 1
+
+    # A secret that leaked is stopped by whoever sees it, whatever the tier says.
+    assert f"/me/keys/{key.prefix}/revoke/" in page
+    alice.post(f"/me/keys/{key.prefix}/revoke/")
+    key.refresh_from_db()
+    assert key.revoked_at is not None and live_count("alice") == 0
+    assert AuditEntry.objects.filter(action="key.revoke", target=key.prefix).exists()
 
 
 def test_without_a_live_key_or_a_mapped_group_staff_issue_the_first(cast):
