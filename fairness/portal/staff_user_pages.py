@@ -52,6 +52,8 @@ def users(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/users.html", {
         "rows": rows, "tiers": Tier.objects.all(),
         "may_switch": {person.pk for person, _, _ in rows if not actions.activation_refusal(request.user, person)},
+        # Only the links this staff member may follow (the page itself refuses the rest).
+        "may_set_password": {person.pk for person, _, _ in rows if not actions.password_refusal(request.user, person)},
     })
 
 

@@ -93,3 +93,10 @@ def test_staff_creating_staff_are_not_sent_to_a_password_page_they_cannot_use(st
     response = staff_client.post("/staff/users/new/", {"username": "ivy", "is_staff": "on"}, follow=True)
     assert response.redirect_chain[-1][0] == "/staff/users/"
     assert "A superuser must set their password." in response.content.decode()
+
+
+def test_the_users_page_offers_set_password_only_where_it_would_be_allowed(staff, staff_client):
+    _people()
+    page = staff_client.get("/staff/users/").content.decode()
+    offered = {name for name in ("root", "tess", "ruth", "nora") if f"/staff/users/{name}/password/" in page}
+    assert offered == {"nora"}
