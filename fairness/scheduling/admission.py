@@ -54,10 +54,14 @@ _MAX_RETRY_AFTER = 30
 _TICK_BATCH = 500
 # After Redis restarted empty, grants wait this long (s) so that every gateway process can count
 # its running requests' leases again first: their pub/sub connections broke with Redis, and each
-# upkeeps at once on reconnecting (a few milliseconds).
-RESTART_HOLD_SECONDS = 0.5
-# An upkeep that failed (Redis away) is tried again this soon (s), not a whole interval later.
-_UPKEEP_RETRY_SECONDS = 0.2
+# upkeeps at once on reconnecting. What a process takes to get there is its retry interval below
+# plus however long a busy host keeps its loop from running: 0.3 s was seen on two loaded cores,
+# and a process that comes late lets the others grant slots its running requests hold.
+RESTART_HOLD_SECONDS = 0.75
+# An upkeep or pub/sub read that failed (Redis away) is tried again this soon (s), not a whole
+# interval later: a refused connection costs nothing, and the sooner a process is back the less of
+# the restart hold it uses.
+_UPKEEP_RETRY_SECONDS = 0.05
 
 
 class _Library(NamedTuple):
@@ -615,6 +619,7 @@ class Admission:
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
+        failing = False
         while self._queued or self._held:
             interval = self._recheck if self._queued else self._ttl / 3
             delay = 0.0 if self._due else last + interval - loop.time()
@@ -629,8 +634,12 @@ class Admission:
             try:
                 await self._tick()
             except (RedisError, OSError):
-                logger.warning("admission upkeep failed; retrying", exc_info=True)
+                if not failing:  # once per outage: it retries every _UPKEEP_RETRY_SECONDS
+                    logger.warning("admission upkeep failed; retrying", exc_info=True)
+                failing = True
                 last = loop.time() - interval + _UPKEEP_RETRY_SECONDS
+            else:
+                failing = False
 
     async def _tick(self) -> None:
         leases, tickets = list(self._held), list(self._queued)
