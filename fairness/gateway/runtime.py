@@ -10,7 +10,6 @@ leaving it to expire with the lease TTL, then closes the pools.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from fairness.gateway.usage_outbox import UsageOutbox
 from fairness.scheduling import health
 from fairness.scheduling.admission import Admission
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
+from fairness.store.cancelling import cancel_and_wait
 from fairness.store.config_epoch import EpochWatch
 from fairness.store.redis_clients import redis_async
 from fairness.store.redis_lane import RedisLane
@@ -114,9 +114,7 @@ class GatewayRuntime:
             return
         self._closed = True
         if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+            await cancel_and_wait(self._health_task)
         if self._background:  # usage and releases on their way to Redis
             await asyncio.wait(self._background, timeout=5)
         await self.usage_outbox.close()  # a last, bounded try at usage Redis has not taken

@@ -47,6 +47,7 @@ from fairness.gateway import accounting
 from fairness.gateway.accounting import UsageEvent
 from fairness.scheduling.admission import Admission, Demand
 from fairness.store import keyspace
+from fairness.store.cancelling import cancel_and_wait
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
 log = logging.getLogger(__name__)
@@ -128,9 +129,7 @@ class UsageOutbox:
             log.warning("gateway shutdown: Redis unavailable")
         finally:
             if self._task is not None:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await cancel_and_wait(self._task)
         if self._pending or self._dropped:
             log.error("gateway shutdown: %d usage events lost", len(self._pending) + self._dropped)
 

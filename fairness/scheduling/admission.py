@@ -42,6 +42,7 @@ from fairness.scheduling import fair_share
 from fairness.scheduling.limits import BudgetWindow, RateLimit, budget_spec, rate_spec
 from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
 from fairness.store import keyspace
+from fairness.store.cancelling import cancel_and_wait
 from fairness.store.redis_lane import Command, RedisLane, first_error
 
 logger = logging.getLogger(__name__)
@@ -485,11 +486,9 @@ class Admission:
         held = list(self._held.values())
         self._held.clear()
         self._queued.clear()
-        tasks = [task for task in (self._keeper, self._listener) if task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        for task in (self._keeper, self._listener):
+            if task is not None:
+                await cancel_and_wait(task)
         self._keeper = self._listener = None
         for future in self._waiters.values():
             if not future.done():
