@@ -7,6 +7,7 @@ import asyncio
 import weakref
 from collections.abc import Mapping
 
+import anyio.lowlevel
 import httpx
 from django.conf import settings
 
@@ -32,6 +33,16 @@ def client() -> httpx.AsyncClient:
         # The engines are on a trusted network; no env proxies.
         pooled = _clients[loop] = httpx.AsyncClient(timeout=timeout, trust_env=False)
     return pooled
+
+
+async def prepare() -> bool:
+    """Make the running loop's pooled client, and load the network layer its first connection
+    would (anyio, httpx's own), now rather than at first use: True if it was not made yet.
+    Imports on the event loop hold every request on it."""
+    made = asyncio.get_running_loop() not in _clients
+    client()
+    await anyio.lowlevel.checkpoint()  # loads anyio's asyncio backend
+    return made
 
 
 async def aclose() -> None:

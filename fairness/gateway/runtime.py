@@ -103,6 +103,10 @@ class GatewayRuntime:
     async def start(self) -> None:
         """Load the directory and start probing. Redis or the database may be down at start-up:
         the first request tries again."""
+        # Before the server takes requests: the outbound client's imports (httpcore, h11, anyio)
+        # once took 2 s on two cores busy with their engines, and done at the first probe,
+        # they held the event loop, and every request on it, that long.
+        await engine_client.prepare()
         try:
             await self.refresh()
         except (redis.exceptions.RedisError, OSError):
