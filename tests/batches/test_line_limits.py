@@ -1,0 +1,45 @@
+"""A batch's lines answer to its key's limits as a live request does: the runner sends them
+through the same views, so a budget used up is the same 429, and the line waits for its window
+instead of failing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis.asyncio
+
+from fairness.batch import line_runner
+from fairness.gateway.api_keys import load_by_id
+from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
+from fairness.models import ApiKey, Budget
+from tests.conftest import MODEL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHAT = "/v1/chat/completions"
+
+
+def test_a_line_over_its_key_s_budget_waits_for_the_budget_s_window(cast, replica, redis_url):
+    key = ApiKey.objects.get(pk=cast["carol"].key_id)
+    Budget.objects.create(key=key, tokens=1, period=Budget.Period.DAY)
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a line"}], "max_tokens": 8})
+
+    async def two_lines() -> tuple[line_runner.Answer, line_runner.Answer]:
+        runtime = GatewayRuntime(RuntimeSettings.from_django(), redis.asyncio.Redis.from_url(redis_url))
+        await runtime.start()
+        try:
+            info = await load_by_id(key.pk)
+            assert info is not None
+            first = await line_runner.send(runtime, info, CHAT, body, "batch-limit-1")
+            second = await line_runner.send(runtime, info, CHAT, body, "batch-limit-2")
+            return first, second
+        finally:
+            await runtime.close()
+
+    first, second = asyncio.run(two_lines())
+    assert first.ok, first.body  # the budget had room for one
+    assert (second.status, second.code) == (429, "budget_exceeded"), second.body
+    assert second.passing(tries=1), "a line over its budget must wait, not fail"
+    assert second.retry_after is not None and 0 < second.retry_after <= 24 * 3600
