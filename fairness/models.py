@@ -100,11 +100,14 @@ class Tier(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Weighted tokens a minute all its keys together may use; empty for no limit.",
     )
+    # On by default: without it any user can time another's prompts (a 6x first-token gap).
     isolate_prefix_cache = models.BooleanField(
-        default=False,
+        default=True,
         help_text="Cached prompt prefixes are reused only within one user's requests (vLLM's "
-        "cache_salt), so no user can time another's prompts; shared system prompts are then "
-        "prefilled once per user.",
+        "cache_salt), so no user can time another's prompts. The cost: a system prompt the "
+        "users share is prefilled once per user, not once; with 8 users sharing a 2,000-token "
+        "one, each one's first answer started 0.8 s later, their later turns hit their own "
+        "cache (bench/isolation.py). Turn off only for users who trust each other.",
     )
 
     class Meta:

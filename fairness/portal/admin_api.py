@@ -244,7 +244,7 @@ class TierSchema(Input):
     engine_priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool = False
     isolate_prefix_cache: bool = Field(
-        False, description="Send each user's requests with a cache salt of their own (vLLM's cache_salt): "
+        True, description="Send each user's requests with a cache salt of their own (vLLM's cache_salt): "
         "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
     )
     allowed_models: list[ModelName] = Field(default_factory=list, description=ALLOWED_MODELS)

@@ -57,7 +57,7 @@ def test_singular_counts_read_as_english() -> None:
 
 def test_isolated_prefix_cache_is_said_only_when_on() -> None:
     assert "kept apart" in " ".join(in_words(_tier("interactive", isolate_prefix_cache=True)))
-    assert "kept apart" not in " ".join(in_words(_tier("interactive")))
+    assert "kept apart" not in " ".join(in_words(_tier("interactive", isolate_prefix_cache=False)))
 
 
 def test_reserve_defaults_to_the_setting(settings) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 
 import httpx
@@ -38,11 +39,11 @@ def test_the_salt_is_stable_per_owner_distinct_between_owners_and_keyed_by_the_s
 
 
 def test_an_isolating_tier_sends_one_salt_per_owner_and_others_send_theirs(gateway, replica, sim, cast, tiers):
-    interactive = tiers["interactive"]
-    interactive.isolate_prefix_cache = True
-    interactive.save()
+    batch = tiers["batch"]
+    batch.isolate_prefix_cache = False  # a tier whose users chose to share
+    batch.save()
     alice = get_user_model().objects.get(username="alice")
-    _, alices_second = issue_key(alice, interactive, label="alice's laptop")
+    _, alices_second = issue_key(alice, tiers["interactive"], label="alice's laptop")
     sim.reset_peak()  # empties the engine's request log
 
     def send(secret: str, user: str, **extra: str) -> None:
@@ -63,15 +64,32 @@ def test_an_isolating_tier_sends_one_salt_per_owner_and_others_send_theirs(gatew
     assert salts["carol-1"] == "carols-own"
 
 
+def test_every_seeded_tier_and_a_new_one_isolate_unless_staff_turn_it_off(staff_client, tiers):
+    from django.apps import apps
+
+    step = importlib.import_module("fairness.migrations.0017_isolate_prefix_cache_by_default")
+    Tier.objects.update(isolate_prefix_cache=False)  # as the seed left them before
+    Tier.objects.create(name="lab", isolate_prefix_cache=False)  # staff's own: kept as it is
+    step.isolate_seeded_tiers(apps, None)
+    assert dict(Tier.objects.values_list("name", "isolate_prefix_cache")) == {
+        "interactive": True, "batch": True, "lab": False}
+    assert Tier.objects.create(name="new").isolate_prefix_cache is True
+    response = staff_client.post("/api/admin/tiers", data=json.dumps({"name": "api-made"}),
+                                 content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert Tier.objects.get(name="api-made").isolate_prefix_cache is True
+
+
 def test_the_staff_form_and_the_admin_api_set_it(staff_client, tiers):
     page = staff_client.get("/staff/tiers/batch/edit/").content.decode()
     assert 'name="isolate_prefix_cache"' in page
     fields = {"name": "batch", "per_key_concurrency": 2, "pool_concurrency": 2, "head_start_seconds": 0,
               "max_queue_wait_seconds": 300, "max_queued_per_key": 64, "engine_priority": 0,
-              "isolate_prefix_cache": "on"}
+              }  # the box unticked
+    assert "prefilled once per user" in page  # the form says what it costs
     assert staff_client.post("/staff/tiers/batch/edit/", fields).status_code == 302
-    assert Tier.objects.get(name="batch").isolate_prefix_cache is True
-    response = staff_client.patch("/api/admin/tiers/batch", data=json.dumps({"isolate_prefix_cache": False}),
-                                  content_type="application/json")
-    assert response.status_code == 200 and response.json()["isolate_prefix_cache"] is False
     assert Tier.objects.get(name="batch").isolate_prefix_cache is False
+    response = staff_client.patch("/api/admin/tiers/batch", data=json.dumps({"isolate_prefix_cache": True}),
+                                  content_type="application/json")
+    assert response.status_code == 200 and response.json()["isolate_prefix_cache"] is True
+    assert Tier.objects.get(name="batch").isolate_prefix_cache is True
