@@ -1,19 +1,31 @@
 """A multipart/form-data body read as it arrives (RFC 7578), never held whole.
 
-Django's MultiPartParser reads a synchronous stream and Starlette's needs python-multipart; this
-one reads the gateway's async body chunks and yields events: a part begins (its headers), a piece
-of its content, the part ends. A part's content is handed on piece by piece, so a file part of
-any size costs the memory of one chunk and a boundary's length.
+Django's MultiPartParser reads a synchronous stream; this reads the gateway's async body chunks
+and yields events: a part begins (its headers), a piece of its content, the part ends. The
+parsing is the `multipart` package's PushMultipartParser (sans-IO: fed one chunk at a time, its
+work linear in the bytes fed). A part's content is handed on piece by piece, so a file part of any
+size costs the memory of one chunk and a boundary's length.
+
+What a form may hold is bounded, so that a body of many tiny parts or endless headers is refused
+after a few of them rather than parsed to its end: an upload takes `file` and `purpose` (and
+OpenAI's two `expires_after` fields), so MAX_PARTS leaves room for a few more, and a part's headers
+are a Content-Disposition and a Content-Type. Between chunks the event loop gets a turn, whatever
+a chunk held.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import multipart
 from django.utils.http import parse_header_parameters
 
-MAX_PART_HEADER_BYTES = 16 * 1024
+MAX_PARTS = 8
+MAX_PART_HEADER_BYTES = 4 * 1024  # a part's whole header block
+MAX_PART_HEADERS = 4  # RFC 7578 names three a part may have
 MAX_PREAMBLE_BYTES = 64 * 1024
 
 
@@ -52,71 +64,60 @@ def boundary_of(content_type: str | None) -> bytes:
 
 
 async def events(chunks: AsyncIterator[bytes], boundary: bytes) -> AsyncIterator[Event]:
-    """The body's parts as events, in order; MultipartError if it is malformed or ends early."""
-    delimiter = b"\r\n--" + boundary
-    keep = len(delimiter) + 1  # bytes held back in case a delimiter (and what follows) straddles chunks
-    buffer = b"\r\n"  # so that a body starting with its first boundary matches the delimiter too
-    state = "preamble"
+    """The body's parts as events, in order; MultipartError if it is malformed, ends early or
+    goes past the limits above."""
+    parser = multipart.PushMultipartParser(
+        boundary, max_header_size=MAX_PART_HEADER_BYTES, max_header_count=MAX_PART_HEADERS,
+        max_segment_count=MAX_PARTS,
+    )  # fmt: skip
+    before_first_part = 0
+    parts = 0
     async for chunk in chunks:
-        buffer += chunk
-        while True:
-            if state == "preamble":
-                at = buffer.find(delimiter)
-                if at < 0:
-                    if len(buffer) > MAX_PREAMBLE_BYTES:
-                        raise MultipartError("The multipart body has no boundary where its first part should begin.")
-                    break
-                buffer, state = buffer[at + len(delimiter):], "after boundary"
-            elif state == "after boundary":
-                if len(buffer) < 2:
-                    break
-                if buffer.startswith(b"--"):
-                    return  # the closing boundary: the epilogue, if any, is ignored
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > 256:
-                        raise MultipartError("A multipart boundary line is malformed.")
-                    break
-                if buffer[:end].strip(b" \t"):
-                    raise MultipartError("A multipart boundary line is malformed.")
-                buffer, state = buffer[end + 2:], "headers"
-            elif state == "headers":
-                end = buffer.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buffer) > MAX_PART_HEADER_BYTES:
-                        raise MultipartError("A multipart part's headers are too long.")
-                    break
-                yield _part_start(buffer[:end])
-                buffer, state = buffer[end + 4:], "content"
-            else:  # content
-                at = buffer.find(delimiter)
-                if at < 0:
-                    if len(buffer) > keep:
-                        yield PartData(buffer[:-keep])
-                        buffer = buffer[-keep:]
-                    break
-                if at:
-                    yield PartData(buffer[:at])
+        for event in _parsed(parser, chunk):
+            if isinstance(event, multipart.MultipartSegment):
+                parts += 1
+                yield _part_start(event)
+            elif event is None:
                 yield PartEnd()
-                buffer, state = buffer[at + len(delimiter):], "after boundary"
-    raise MultipartError("The multipart body ended before its closing boundary.")
+            else:
+                yield PartData(bytes(event))
+        if not parts:
+            before_first_part += len(chunk)
+            if before_first_part > MAX_PREAMBLE_BYTES:
+                raise MultipartError("The multipart body has no boundary where its first part should begin.")
+        await asyncio.sleep(0)  # however much a chunk held, others run before the next one
+    try:
+        parser.close()  # what came after the closing boundary, if any, was ignored
+    except multipart.MultipartError:
+        raise MultipartError("The multipart body ended before its closing boundary.") from None
 
 
-def _part_start(block: bytes) -> PartStart:
-    disposition = None
-    for line in block.split(b"\r\n"):
-        name, colon, value = line.partition(b":")
-        if not colon:
-            raise MultipartError("A multipart part has a malformed header line.")
-        if name.strip().lower() == b"content-disposition":
-            # RFC 7578 allows UTF-8 in a filename; whatever else comes is kept as latin-1 (no error).
-            try:
-                disposition = value.decode("utf-8")
-            except UnicodeDecodeError:
-                disposition = value.decode("latin-1")
-    if disposition is None:
-        raise MultipartError("A multipart part has no Content-Disposition header.")
-    kind, params = parse_header_parameters(disposition)
-    if kind != "form-data" or "name" not in params:
+def _parsed(parser: Any, chunk: bytes) -> list[Any]:
+    """The parser's events for one chunk, its errors said as ours."""
+    try:
+        return list(parser.parse(chunk))
+    except multipart.ParserLimitReached as exc:
+        raise MultipartError(_limit_message(str(exc))) from None
+    except multipart.MultipartError as exc:
+        raise MultipartError(f"The multipart body is malformed: {_sentence(str(exc))}") from None
+
+
+def _limit_message(detail: str) -> str:
+    if detail == "Maximum segment count exceeded":
+        return (f"The form has more than {MAX_PARTS} parts; an upload takes a 'file' part and a 'purpose' "
+                "field.")  # fmt: skip
+    return (f"A multipart part's headers are too long (at most {MAX_PART_HEADERS} headers and "
+            f"{MAX_PART_HEADER_BYTES // 1024} KiB).")  # fmt: skip
+
+
+def _sentence(detail: str) -> str:
+    return detail[:1].lower() + detail[1:].rstrip(".") + "."
+
+
+def _part_start(segment: Any) -> PartStart:
+    header_bytes = sum(len(name) + len(value) + 4 for name, value in segment.headerlist)  # ": " and CRLF
+    if header_bytes > MAX_PART_HEADER_BYTES:
+        raise MultipartError(_limit_message("header"))
+    if not segment.name:
         raise MultipartError("A multipart part's Content-Disposition is not form-data with a name.")
-    return PartStart(name=params["name"], filename=params.get("filename"))
+    return PartStart(name=str(segment.name), filename=None if segment.filename is None else str(segment.filename))

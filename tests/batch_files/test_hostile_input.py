@@ -51,6 +51,7 @@ def test_a_form_without_a_file_part_is_refused(gateway, alice):
 
 FORM = "multipart/form-data; boundary=b"
 FILE_PART = b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n'
+FIELD_PART = b'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\n\r\n'
 
 
 @pytest.mark.parametrize(
@@ -64,9 +65,12 @@ FILE_PART = b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r
         (b"--b\r\nContent-Type: text/plain\r\n\r\n{}\r\n--b--\r\n", FORM),
         (FILE_PART + b"X-Pad: y\r\n" * 3000, FORM),
         (b"--bjunk\r\n", FORM),
+        (FIELD_PART * 9 + FILE_PART + b"\r\n{}\r\n--b--\r\n", FORM),
+        (FILE_PART + b"X-Pad: " + b"y" * 17 * 1024 + b"\r\n\r\n{}\r\n--b--\r\n", FORM),
+        (FILE_PART + (b"X-Pad: " + b"y" * 1500 + b"\r\n") * 3 + b"\r\n{}\r\n--b--\r\n", FORM),
     ],
     ids=["json", "no-boundary-param", "no-boundary-in-body", "ends-early", "bad-header", "no-disposition",
-         "endless-headers", "bad-boundary-line"],
+         "endless-headers", "bad-boundary-line", "too-many-parts", "17-kib-header", "headers-past-4-kib"],
 )
 def test_malformed_multipart_is_refused(gateway, alice, stored_files, body, content_type):
     response = raw_post(gateway, alice, body, content_type)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fairness.batch.multipart import MultipartError, PartData, PartEnd, PartStart, boundary_of, events
+from fairness.batch.multipart import MAX_PARTS, MultipartError, PartData, PartEnd, PartStart, boundary_of, events
 
 BODY = (
     b"preamble to ignore\r\n"
@@ -58,3 +58,24 @@ def test_only_form_data_with_a_boundary_is_taken(content_type):
     with pytest.raises(MultipartError):
         boundary_of(content_type)
     assert boundary_of('multipart/form-data; boundary="a b"') == b"a b"
+
+
+def field(name: bytes, headers: bytes = b"") -> bytes:
+    return b'--XyZ\r\nContent-Disposition: form-data; name="' + name + b'"\r\n' + headers + b"\r\nv\r\n"
+
+
+def test_a_form_of_more_parts_than_an_upload_has_is_refused_at_the_part_past_the_limit():
+    eight = b"".join(field(b"f%d" % n) for n in range(MAX_PARTS))
+    assert len(parts(eight + b"--XyZ--\r\n", 64)) == MAX_PARTS
+    with pytest.raises(MultipartError, match=f"more than {MAX_PARTS} parts"):
+        parts(eight + field(b"one-more") + b"--XyZ--\r\n", 64)
+
+
+@pytest.mark.parametrize("headers", [b"X-Pad: " + b"y" * 17 * 1024 + b"\r\n", (b"X-Pad: " + b"y" * 1500 + b"\r\n") * 3,
+                                     b"X-Pad: y\r\n" * 5],
+                         ids=["one-17-kib-line", "4.5-kib-in-three-lines", "five-headers"])  # fmt: skip
+def test_a_part_s_headers_past_their_limit_are_refused_even_when_they_come_in_one_chunk(headers):
+    body = field(b"file", headers) + b"--XyZ--\r\n"
+    with pytest.raises(MultipartError, match="headers are too long"):
+        parts(body, len(body))
+    assert len(parts(field(b"file", b"Content-Type: application/jsonl\r\n") + b"--XyZ--\r\n", 4096)) == 1
