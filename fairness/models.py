@@ -238,6 +238,30 @@ class GroupMapping(models.Model):
         return f"{self.group} → {self.account} ({self.tier})"
 
 
+class SsoIdentity(models.Model):
+    """An account at the OpenID provider, named by what the provider never reuses (its issuer and
+    the subject it gives the person), and the portal user it signs in as. Usernames are not
+    identities: a provider may rename someone, or let a new person take a freed name."""
+
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)  # OpenID Connect caps `sub` at 255 ASCII characters
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="sso_identities")
+    made_user = models.BooleanField(
+        default=False, help_text="Its first sign-in made the user (the provider then owns their e-mail address); "
+        "otherwise a superuser linked an existing account to it.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["issuer", "subject"]
+        verbose_name = "SSO identity"
+        verbose_name_plural = "SSO identities"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_sso_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer} → {self.user}"
+
+
 class Budget(models.Model):
     """A token allowance per period on an account (its whole subtree), one member's association
     with an account, or one key. Counts weighted tokens, as fair share does. A budget with `until`

@@ -145,12 +145,13 @@ def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0,
 
 @transaction.atomic
 def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = False,
-                password: str | None = None) -> User:
+                password: str | None = None, **detail: str) -> User:
+    """`detail` goes to the audit entry (the SSO identity a sign-in made the user for, say)."""
     user = get_user_model().objects.create_user(username=username, email=email, password=password)
     if is_staff:
         user.is_staff = True
         user.save(update_fields=["is_staff"])
-    audit(actor, "user.create", username, is_staff=is_staff)
+    audit(actor, "user.create", username, is_staff=is_staff, **detail)
     return user
 
 

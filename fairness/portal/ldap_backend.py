@@ -28,8 +28,9 @@ from django.core.exceptions import ValidationError
 from django.dispatch import receiver
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
-from fairness.models import AuditEntry, GroupMapping
+from fairness.models import GroupMapping
 from fairness.portal import actions, group_sync
+from fairness.portal.account_origin import is_directory_account
 from fairness.portal.client_address import client_address
 from fairness.portal.ldap_directory import DirectoryUnavailable, Person, describe, library_settings, person_from
 
@@ -43,14 +44,6 @@ UNAVAILABLE = ("The institution's directory cannot be reached just now, so direc
 NO_MAPPED_GROUP = ("You are in none of the groups that have access to this portal, so your access (and your API "
                    "keys) are suspended. If you should have access, ask your group's administrator or the "
                    "portal's staff.")
-
-
-def is_directory_account(username: str) -> bool:
-    """Whether the directory sign-in made this account: the latest `user.create` of its name is
-    the `ldap` sync actor's (the audit log is append-only, so this cannot be forged later)."""
-    created = (AuditEntry.objects.filter(action="user.create", target=username).order_by("-pk")
-               .values_list("actor_name", "actor_id").first())
-    return created is not None and created[0] == "ldap" and created[1] is None
 
 
 def _canonical(group: str) -> str:

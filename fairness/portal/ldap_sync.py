@@ -21,7 +21,8 @@ from django.contrib.auth import get_user_model
 
 from fairness.models import AuditEntry
 from fairness.portal import group_sync
-from fairness.portal.ldap_backend import follow_groups, is_directory_account
+from fairness.portal.account_origin import is_directory_account
+from fairness.portal.ldap_backend import follow_groups
 from fairness.portal.ldap_directory import DirectoryUnavailable, Person, connection, look_up
 
 if TYPE_CHECKING:

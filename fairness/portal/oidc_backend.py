@@ -10,8 +10,10 @@ institution says who this is and in which groups".) What we add:
   start-up nothing is fetched, so a provider that is down stops SSO sign-in, not the portal.
 - The ID token's issuer, audience and expiry are checked too (the library skips the audience);
   an expired or foreign token refuses the sign-in with a page that says so.
-- Users are matched by the username claim (GP_OIDC_USERNAME_CLAIM), not by e-mail, created at
-  their first sign-in, and their memberships follow their groups at every sign-in (group_sync).
+- Users are found by the provider's issuer and subject, never by username or e-mail: a new
+  subject gets a new user, named from the username claim (GP_OIDC_USERNAME_CLAIM) but never
+  another's account (sso_identities). Staff accounts are refused, audited. Memberships follow
+  the groups at every sign-in (group_sync).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from fairness.portal import actions, group_sync
+from fairness.portal import actions, group_sync, sso_identities
 from fairness.portal.client_address import client_address
 
 log = logging.getLogger(__name__)
@@ -167,39 +171,37 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
             if info.get("sub") != payload.get("sub"):
                 raise SignInRefused("The institution's answers named two different people.")
             claims.update(info)
-        self.claims = claims  # for get_or_create_user's group sync
         return claims
 
     def verify_claims(self, claims) -> bool:
         username = claims.get(settings.GP_OIDC_USERNAME_CLAIM)
-        if not isinstance(username, str) or not username:
+        if not isinstance(username, str) or not username.strip():
             raise SignInRefused(f"The institution's answer has no {settings.GP_OIDC_USERNAME_CLAIM!r} claim "
                                 "(GP_OIDC_USERNAME_CLAIM) to name you by.")
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject or len(subject) > sso_identities.SUBJECT_MAX:
+            raise SignInRefused("The institution's answer names you by a subject (`sub`) that is not 1 to 255 "
+                                "characters, as OpenID Connect has it, so it cannot be kept.")
         return True
 
-    def filter_users_by_claims(self, claims):
-        return self.UserModel.objects.filter(username=claims[settings.GP_OIDC_USERNAME_CLAIM])
-
-    def create_user(self, claims):
-        return actions.create_user(self._actor(), claims[settings.GP_OIDC_USERNAME_CLAIM],
-                                   email=claims.get("email") or "")
-
-    def update_user(self, user, claims):
-        email = claims.get("email") or ""
-        if email and email != user.email:
-            user.email = email
-            user.save(update_fields=["email"])
-        return user
-
     def get_or_create_user(self, access_token, id_token, payload):
-        user = super().get_or_create_user(access_token, id_token, payload)
-        if user is None:
-            return None
-        claims = self.claims
+        """The user of the provider's issuer and subject (sso_identities), never one matched by
+        username; staff are refused. Then memberships follow the groups."""
+        claims = self.get_userinfo(access_token, id_token, payload)
+        self.verify_claims(claims)
+        actor = self._actor()
+        claimed = sso_identities.Claimed(issuer=payload["iss"], subject=payload["sub"],
+                                         username=claims[settings.GP_OIDC_USERNAME_CLAIM], email=_email(claims))
+        user = sso_identities.user_for(actor, claimed)
+        if user.is_staff or user.is_superuser:
+            # Staff keep their own password: a provider's account (or a link) must never carry
+            # someone into the staff pages.
+            actions.audit(actor, "user.sso.refused", user.get_username(), reason="staff", **claimed.describe())
+            raise SignInRefused(f"{user.get_username()} is a staff account here, and staff sign in with their "
+                                "password, not with the institution's account.")
         groups = claims.get(settings.GP_OIDC_GROUPS_CLAIM) or []
         if isinstance(groups, str):
             groups = [groups]
-        actor = self._actor()
         synced = group_sync.sync_memberships(actor, user, [g for g in groups if isinstance(g, str)])
         if not synced.has_access:
             group_sync.withdraw_access(actor, user)
@@ -211,3 +213,15 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
 
     def _actor(self) -> actions.Actor:
         return group_sync.sync_actor("oidc", client_address(self.request))
+
+
+def _email(claims: dict) -> str:
+    """The e-mail claim if it is an address that fits and the provider does not call unverified."""
+    email = claims.get("email")
+    if not isinstance(email, str) or len(email) > sso_identities.EMAIL_MAX or claims.get("email_verified") is False:
+        return ""
+    try:
+        validate_email(email)
+    except ValidationError:
+        return ""
+    return email

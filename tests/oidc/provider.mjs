@@ -4,6 +4,8 @@
 // Environment: OIDC_PORT, OIDC_ISSUER, OIDC_REDIRECT_URI, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET and
 // OIDC_STATE_FILE, a JSON file the tests rewrite between steps and this process reads at every
 // request: {"accounts": {"alice": {"email": ..., "groups": [...]}}, "clock_offset_seconds": 0}.
+// An account's login is its subject (`sub`); its preferred_username is the login too, unless the
+// account has a "username" of its own (a renamed person, or a name made to attack the portal).
 // A clock offset makes the provider's clock run behind, so the ID tokens it issues have already
 // expired by the portal's clock: a real expired token, signed with the real key.
 //
@@ -52,7 +54,7 @@ const provider = new Provider(OIDC_ISSUER, {
       accountId: id,
       async claims() {
         const now = state().accounts[id] || account; // groups as they are now, not at sign-in
-        return { sub: id, preferred_username: id, email: now.email, email_verified: true, name: id, groups: now.groups };
+        return { sub: id, preferred_username: now.username || id, email: now.email, email_verified: true, name: id, groups: now.groups };
       },
     };
   },

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import AuditEntry, Membership
-from fairness.portal import accounts, actions
+from fairness.portal import accounts, actions, sso_identities
 from tests.oidc.conftest import SETUP, Labs, Provider
 from tests.polling import wait_for
 
@@ -76,6 +76,7 @@ def test_a_researcher_signs_in_with_pkce_and_joins_their_groups_account(chromium
 def test_someone_in_no_mapped_group_is_refused_and_their_keys_stop_until_they_are_back(
         chromium, sso_portal, oidc_provider: Provider, labs: Labs):
     bob = User.objects.create_user("bob", "bob@uni.example")
+    sso_identities.link(SETUP, bob, oidc_provider.issuer, "bob")  # made before SSO: linked on purpose
     accounts.add_member(SETUP, labs.nlp, bob)
     _, secret = actions.issue(SETUP, bob, labs.standard)
     oidc_provider.set({"bob": ["some-unmapped-group"]})
