@@ -597,16 +597,45 @@ class AdminToken(Credential, models.Model):
 BATCH_FILES_STORAGE = "batch_files"  # the STORAGES entry batch files are kept in
 
 
+def _owner_made(key_id: int, owner_id: int) -> models.Exists:
+    """Whether the key is one its owner made themselves: only they have seen its secret. Staff
+    (or a command's operator) saw the secret of any key they issued, so such a key reaches only
+    what it brought in itself."""
+    return models.Exists(ApiKey.objects.filter(pk=key_id, owner_id=owner_id, created_by_id=owner_id))
+
+
+class BatchFileState(models.TextChoices):
+    UPLOADING = "uploading"  # its room reserved, its content still arriving: nobody sees it yet
+    STORED = "stored"
+
+
 class BatchFileQuerySet(models.QuerySet["BatchFile"]):
     def of_owner(self, owner_id: int) -> BatchFileQuerySet:
-        """The files one person's keys may see: any key of theirs, nobody else's."""
-        return self.filter(owner_id=owner_id)
+        """One person's stored files (their own pages show them all)."""
+        return self.filter(owner_id=owner_id, state=BatchFileState.STORED)
+
+    def reachable_by(self, key_id: int, owner_id: int) -> BatchFileQuerySet:
+        """The files a key may see: its owner's, all of them for a key the owner made, else only
+        those it uploaded or its batches wrote."""
+        return self.of_owner(owner_id).filter(models.Q(uploaded_with_id=key_id) | _owner_made(key_id, owner_id))
+
+    def touch(self, now: dt.datetime | None = None) -> int:
+        """Mark these files used now: retention counts from a file's last use."""
+        return self.update(last_used_at=now or timezone.now())
+
+    def storage_by_owner(self) -> models.QuerySet[Any]:
+        """What each person's stored files hold, most bytes first: {owner_id, username, files, bytes}."""
+        return (
+            self.filter(state=BatchFileState.STORED).order_by().values("owner_id", username=models.F("owner__username"))
+            .annotate(files=models.Count("pk"), bytes=models.Sum("bytes")).order_by("-bytes", "username")
+        )  # fmt: skip
 
 
 class BatchFile(models.Model):
-    """A file uploaded through /v1/files (OpenAI's Files API), for the Batch API. It belongs to the
-    key's owner, not the key: any of their keys reads it. The content is in the batch_files storage
-    under `stored_name`, a random name that never comes from the client."""
+    """A file uploaded through /v1/files (OpenAI's Files API), for the Batch API, or a batch's
+    results. It belongs to the key's owner: any key they made themselves reads it, a key issued
+    for them only what it brought in (BatchFileQuerySet.reachable_by). The content is in the
+    batch_files storage under `stored_name`, a random name that never comes from the client."""
 
     public_id = models.CharField(max_length=40, unique=True, editable=False, help_text='"file-…", as the API shows it.')
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="batch_files")
@@ -618,6 +647,10 @@ class BatchFile(models.Model):
     bytes = models.PositiveBigIntegerField()
     stored_name = models.CharField(max_length=255, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    state = models.CharField(max_length=12, choices=BatchFileState.choices, default=BatchFileState.STORED)
+    last_used_at = models.DateTimeField(
+        default=timezone.now, help_text="Uploaded, read, or a batch's input: kept GP_FILE_RETENTION_DAYS after this."
+    )
 
     objects = BatchFileQuerySet.as_manager()
 
@@ -653,6 +686,11 @@ class BatchStatus(models.TextChoices):
 class BatchQuerySet(models.QuerySet["Batch"]):
     def of_owner(self, owner_id: int) -> BatchQuerySet:
         return self.filter(owner_id=owner_id)
+
+    def reachable_by(self, key_id: int, owner_id: int) -> BatchQuerySet:
+        """The batches a key may see: its owner's, all of them for a key the owner made, else
+        only those it created (see _owner_made)."""
+        return self.of_owner(owner_id).filter(models.Q(api_key_id=key_id) | _owner_made(key_id, owner_id))
 
     def unfinished(self) -> BatchQuerySet:
         """Batches a runner still has work on (finalizing too: a runner that died there left it)."""

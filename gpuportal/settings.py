@@ -311,10 +311,25 @@ CELERY_BEAT_SCHEDULE["run-batches"] = {
 }
 if GP_MAX_BATCH_FILE_BYTES < 1 or GP_MAX_BATCH_FILES_PER_USER < 1:
     raise ImproperlyConfigured("GP_MAX_BATCH_FILE_BYTES and GP_MAX_BATCH_FILES_PER_USER must be at least 1.")
+# What the batch lane keeps (fairness/batch/storage_quota.py, retention.py): one person's files,
+# uploads and batch results together, in bytes (an upload past it is refused before it is stored,
+# and no batch starts while it is full); files unused for GP_FILE_RETENTION_DAYS, and batches
+# ended that long ago, are deleted by an hourly task.
+GP_STORAGE_QUOTA_BYTES_PER_USER = envint("GP_STORAGE_QUOTA_BYTES_PER_USER", 2 * 1024 * 1024 * 1024)
+GP_FILE_RETENTION_DAYS = envfloat("GP_FILE_RETENTION_DAYS", 30.0)
+CELERY_BEAT_SCHEDULE["prune-batch-storage"] = {"task": "fairness.prune_batch_storage", "schedule": 3600.0}
+if GP_STORAGE_QUOTA_BYTES_PER_USER < 1 or GP_FILE_RETENTION_DAYS <= 0:
+    raise ImproperlyConfigured("GP_STORAGE_QUOTA_BYTES_PER_USER must be at least 1, GP_FILE_RETENTION_DAYS above 0.")
 
 # The gateway
 GP_MAX_BODY_BYTES = envint("GP_MAX_BODY_BYTES", 4 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GP_MAX_BODY_BYTES
+# The longest line a batch file may hold (fairness/batch/jsonl_check.py refuses a longer one at
+# upload, intake fails it): a request at GP_MAX_BODY_BYTES, with its custom_id and url and the
+# spaces a JSON writer adds. OpenAI states no limit per line, only 200 MB and 50,000 lines a file.
+GP_BATCH_MAX_LINE_BYTES = envint("GP_BATCH_MAX_LINE_BYTES", 2 * GP_MAX_BODY_BYTES)
+if GP_BATCH_MAX_LINE_BYTES < 1:
+    raise ImproperlyConfigured("GP_BATCH_MAX_LINE_BYTES must be at least 1.")
 # Request bodies to the pages (everything outside /v1/) above this get 413 before Django reads
 # them (gpuportal/asgi.py): Django would spool any size to a temporary file first. No page or
 # admin API call sends more than a few KiB.

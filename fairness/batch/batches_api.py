@@ -1,7 +1,8 @@
 """/v1/batches: OpenAI's Batch API. Creating a batch checks what can be checked at once (the input
 file is the caller's and meant for batches, the endpoint, the window, the metadata) and leaves
 the lines to the batch runner (fairness/batch/runner.py), which reads them while the batch is
-`validating`. A batch belongs to the key's owner, like a file: anyone else gets 404.
+`validating`. A batch belongs to the key's owner, like a file: a key they made themselves sees
+all of theirs, a key issued for them only the batches it created; anyone else gets 404.
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.utils import timezone
 
-from fairness.batch import control
+from fairness.batch import control, storage_quota
 from fairness.batch.batch_objects import batch_object
 from fairness.batch.files_api import ID_ALPHABET
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.streamed_body import StreamedRequest
-from fairness.models import Batch, BatchFile, BatchStatus
+from fairness.models import Batch, BatchFile, BatchQuerySet, BatchStatus
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +61,12 @@ async def one_batch(request: StreamedRequest, runtime: GatewayRuntime) -> HttpRe
     if tail == "cancel":
         if request.method != "POST":
             raise ApiError(405, "Use POST to cancel a batch.", "method_not_allowed")
-        return _json(await _cancel(batch_id, request.key.owner_id))
+        return _json(await _cancel(batch_id, request))
     if tail:
         raise ApiError(404, f"Unknown endpoint {request.path}.", "unknown_url")
     if request.method != "GET":
         raise ApiError(405, "Use GET for a batch.", "method_not_allowed")
-    return _json(await _retrieve(batch_id, request.key.owner_id))
+    return _json(await _retrieve(batch_id, request))
 
 
 async def _create(request: StreamedRequest) -> HttpResponse:
@@ -78,7 +78,7 @@ async def _create(request: StreamedRequest) -> HttpResponse:
     if not isinstance(payload, dict):
         raise ApiError(400, "The body must be a JSON object.", "invalid_json")
     fields = _checked_fields(payload)
-    batch = await _create_row(fields, request.key.owner_id, request.key.id)
+    batch = await _create_row(fields, request)
     await _wake_runner()
     return _json(batch)
 
@@ -115,9 +115,11 @@ def _valid_metadata(metadata: object) -> bool:
 
 
 @sync_to_async
-def _create_row(fields: dict[str, Any], owner_id: int, key_id: int) -> dict[str, Any]:
+def _create_row(fields: dict[str, Any], request: StreamedRequest) -> dict[str, Any]:
     close_old_connections()  # no request cycle closes this thread's connection on the gateway
-    input_file = BatchFile.objects.of_owner(owner_id).filter(public_id=fields["input_file_id"]).first()
+    owner_id, key_id = request.key.owner_id, request.key.id
+    reachable = BatchFile.objects.reachable_by(key_id, owner_id)
+    input_file = reachable.filter(public_id=fields["input_file_id"]).first()
     if input_file is None:
         raise ApiError(404, f"No such File object: {fields['input_file_id'][:64]}", "file_not_found",
                        param="input_file_id")  # fmt: skip
@@ -131,7 +133,9 @@ def _create_row(fields: dict[str, Any], owner_id: int, key_id: int) -> dict[str,
             "(GP_MAX_UNFINISHED_BATCHES_PER_USER); wait for one to end, or cancel one.", "too_many_batches",
             retry_after=60,
         )  # fmt: skip
+    storage_quota.refuse_if_full(owner_id)  # its results would only add to a full store
     now = timezone.now()
+    BatchFile.objects.filter(pk=input_file.pk).touch(now)
     batch = Batch.objects.create(
         public_id=new_batch_id(), owner_id=owner_id, api_key_id=key_id, input_file=input_file,
         input_file_public_id=input_file.public_id, endpoint=fields["endpoint"],
@@ -162,24 +166,24 @@ async def _list(request: StreamedRequest) -> HttpResponse:
     else:
         raise ApiError(400, f"Invalid value for 'limit': {raw_limit[:20]!r}; use 1 to {MAX_LIST_LIMIT}.",
                        "invalid_value", param="limit")  # fmt: skip
-    data, has_more = await _page(request.key.owner_id, query.get("after"), limit)
+    data, has_more = await _page(request, query.get("after"), limit)
     return _json({
         "object": "list", "data": data, "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None, "has_more": has_more,
     })  # fmt: skip
 
 
-def _with_files() -> QuerySet[Batch]:
+def _with_files() -> BatchQuerySet:
     return Batch.objects.select_related("output_file", "error_file")
 
 
 @sync_to_async
-def _page(owner_id: int, after: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """One page of the owner's batches, newest first; whether more follow."""
+def _page(request: StreamedRequest, after: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """One page of the batches the key reaches, newest first; whether more follow."""
     close_old_connections()
-    rows = _with_files().filter(owner_id=owner_id)
+    rows = _with_files().reachable_by(request.key.id, request.key.owner_id)
     if after is not None:
-        cursor = Batch.objects.of_owner(owner_id).filter(public_id=after).values_list("id", flat=True).first()
+        cursor = rows.filter(public_id=after).values_list("id", flat=True).first()
         if cursor is None:
             raise ApiError(400, f"Invalid value for 'after': no such Batch object: {after[:64]}", "invalid_value",
                            param="after")  # fmt: skip
@@ -188,23 +192,23 @@ def _page(owner_id: int, after: str | None, limit: int) -> tuple[list[dict[str, 
     return [batch_object(row) for row in page[:limit]], len(page) > limit
 
 
-def _owned(batch_id: str, owner_id: int) -> Batch:
-    batch = _with_files().filter(owner_id=owner_id, public_id=batch_id).first()
+def _owned(batch_id: str, request: StreamedRequest) -> Batch:
+    batch = _with_files().reachable_by(request.key.id, request.key.owner_id).filter(public_id=batch_id).first()
     if batch is None:
         raise ApiError(404, f"No such Batch object: {batch_id[:64]}", "batch_not_found", param="batch_id")
     return batch
 
 
 @sync_to_async
-def _retrieve(batch_id: str, owner_id: int) -> dict[str, Any]:
+def _retrieve(batch_id: str, request: StreamedRequest) -> dict[str, Any]:
     close_old_connections()
-    return batch_object(_owned(batch_id, owner_id))
+    return batch_object(_owned(batch_id, request))
 
 
 @sync_to_async
-def _cancel(batch_id: str, owner_id: int) -> dict[str, Any]:
+def _cancel(batch_id: str, request: StreamedRequest) -> dict[str, Any]:
     close_old_connections()
-    batch = _owned(batch_id, owner_id)
+    batch = _owned(batch_id, request)
     if not control.cancel(batch) and batch.status not in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         raise ApiError(409, f"The batch is {batch.status}: there is nothing left to cancel.", "batch_not_cancellable")
-    return batch_object(_owned(batch_id, owner_id))
+    return batch_object(_owned(batch_id, request))

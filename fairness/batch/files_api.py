@@ -1,12 +1,16 @@
-"""/v1/files: OpenAI's Files API, for batch input (and later, batch output).
+"""/v1/files: OpenAI's Files API, for batch input and output.
 
-A file belongs to the key's owner: any of their keys sees it, anyone else's gets 404, as for a
-file that never was (a 403 would say it exists). The views run under the gateway's streamed
-routes (gateway/streamed_body.py): the upload reads its body as it arrives.
+A file belongs to the key's owner: any key they made themselves sees it, a key staff or a command
+issued for them only the files it uploaded or its batches wrote (whoever issued it saw its
+secret); anyone else gets 404, as for a file that never was (a 403 would say it exists). An
+upload reserves its room first (storage_quota.py), so limits hold however many arrive at once.
+The views run under the gateway's streamed routes (gateway/streamed_body.py): the upload reads
+its body as it arrives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -15,10 +19,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpResponse, StreamingHttpResponse
 
+from fairness.batch import retention, storage_quota
+from fairness.batch.storage_writer import batch_storage
 from fairness.batch.stored_content import StoredContent
 from fairness.batch.uploads import Upload, receive_upload
 from fairness.gateway.errors import ApiError
@@ -38,11 +43,11 @@ def new_file_id() -> str:
 
 def file_object(row: BatchFile) -> dict[str, Any]:
     """The File object, as OpenAI's reference has it (status and status_details are deprecated
-    there, but still sent)."""
+    there, but still sent); expires_at is when retention deletes it unless it is used again."""
     return {
         "id": row.public_id, "object": "file", "bytes": row.bytes, "created_at": int(row.created_at.timestamp()),
         "filename": row.filename, "purpose": row.purpose, "status": "processed", "status_details": None,
-        "expires_at": None,
+        "expires_at": int(retention.expires_at(row).timestamp()),
     }  # fmt: skip
 
 
@@ -68,32 +73,41 @@ async def one_file(request: StreamedRequest, runtime: GatewayRuntime) -> HttpRes
     if tail == "content":
         if request.method != "GET":
             raise ApiError(405, "Use GET for a file's content.", "method_not_allowed")
-        return await _content(await _owned(file_id, request.key.owner_id), request.request_id)
+        row = await _owned(file_id, request)
+        await _touch(row)
+        return await _content(row, request.request_id)
     if request.method == "GET":
-        return _json(file_object(await _owned(file_id, request.key.owner_id)))
+        return _json(file_object(await _owned(file_id, request)))
     if request.method == "DELETE":
-        await _delete(await _owned(file_id, request.key.owner_id))
+        await _delete(await _owned(file_id, request))
         return _json({"id": file_id, "object": "file", "deleted": True})
     raise ApiError(405, "Use GET or DELETE for a file.", "method_not_allowed")
 
 
 async def _upload(request: StreamedRequest) -> HttpResponse:
-    owner_id = request.key.owner_id
-    held = await _count_files(owner_id)
-    if held >= settings.GP_MAX_BATCH_FILES_PER_USER:
-        raise ApiError(
-            403, f"You keep {held} files already, the most one person may (GP_MAX_BATCH_FILES_PER_USER); delete "
-            "some (DELETE /v1/files/{file_id}) first.", "file_limit_reached",
-        )  # fmt: skip
+    reservation = await _reserve(request.key.owner_id, request.key.id, _declared_length(request))
     try:
-        upload = await receive_upload(
-            aiter(request.body), request.headers.get("content-type"), settings.GP_MAX_BATCH_FILE_BYTES
-        )
-    except OSError:
-        log.exception("could not store an upload for %s", request.request_id)
-        raise ApiError(503, "The portal could not store the file; try again later.", "storage_unavailable",
-                       retry_after=30) from None  # fmt: skip
-    return _json(file_object(await _create_row(upload, owner_id, request.key.id)))
+        try:
+            upload = await receive_upload(
+                aiter(request.body), request.headers.get("content-type"), reservation.max_bytes
+            )
+        except ApiError as exc:
+            if exc.code == "file_too_large" and reservation.quota_bound:  # past the room left, not the size limit
+                raise storage_quota.quota_refusal(await _used_bytes(request.key.owner_id)) from None
+            raise
+        except OSError:
+            log.exception("could not store an upload for %s", request.request_id)
+            raise ApiError(503, "The portal could not store the file; try again later.", "storage_unavailable",
+                           retry_after=30) from None  # fmt: skip
+    except BaseException:
+        await asyncio.shield(_release(reservation))
+        raise
+    return _json(file_object(await _complete(reservation, upload)))
+
+
+def _declared_length(request: StreamedRequest) -> int | None:
+    raw = request.headers.get("content-length", "")
+    return int(raw) if raw.isdigit() else None
 
 
 async def _list(request: StreamedRequest) -> HttpResponse:
@@ -103,7 +117,7 @@ async def _list(request: StreamedRequest) -> HttpResponse:
     if order not in ("asc", "desc"):
         raise ApiError(400, f"Invalid value for 'order': {order[:20]!r}; use 'asc' or 'desc'.", "invalid_value",
                        param="order")  # fmt: skip
-    rows, has_more = await _page(request.key.owner_id, query.get("purpose"), query.get("after"), order, limit)
+    rows, has_more = await _page(request, query.get("purpose"), query.get("after"), order, limit)
     data = [file_object(row) for row in rows]
     return _json({
         "object": "list", "data": data, "first_id": data[0]["id"] if data else None,
@@ -139,28 +153,47 @@ def _not_found(file_id: str) -> ApiError:
 
 
 @sync_to_async
-def _owned(file_id: str, owner_id: int) -> BatchFile:
-    """The owner's file, or 404 (whether it is someone else's or nobody's)."""
+def _owned(file_id: str, request: StreamedRequest) -> BatchFile:
+    """The file if this key may reach it, or 404 (whether it is someone else's, out of the key's
+    reach, or nobody's)."""
     close_old_connections()  # no request cycle closes this thread's connection on the gateway
-    row = BatchFile.objects.of_owner(owner_id).filter(public_id=file_id).first()
+    row = BatchFile.objects.reachable_by(request.key.id, request.key.owner_id).filter(public_id=file_id).first()
     if row is None:
         raise _not_found(file_id)
     return row
 
 
 @sync_to_async
-def _count_files(owner_id: int) -> int:
+def _reserve(owner_id: int, key_id: int, declared_bytes: int | None) -> storage_quota.Reservation:
     close_old_connections()
-    return BatchFile.objects.of_owner(owner_id).filter(purpose="batch").count()
+    return storage_quota.reserve_upload(owner_id, key_id, declared_bytes, new_file_id())
 
 
 @sync_to_async
-def _create_row(upload: Upload, owner_id: int, key_id: int) -> BatchFile:
+def _used_bytes(owner_id: int) -> int:
+    return storage_quota.used_bytes(owner_id)
+
+
+@sync_to_async
+def _release(reservation: storage_quota.Reservation) -> None:
+    storage_quota.release(reservation)
+
+
+@sync_to_async
+def _complete(reservation: storage_quota.Reservation, upload: Upload) -> BatchFile:
     close_old_connections()
-    return BatchFile.objects.create(
-        public_id=new_file_id(), owner_id=owner_id, uploaded_with_id=key_id, purpose=upload.purpose,
-        filename=upload.filename, bytes=upload.bytes, stored_name=upload.stored_name,
-    )  # fmt: skip
+    try:
+        return storage_quota.complete_upload(reservation, upload.filename, upload.purpose, upload.stored_name,
+                                             upload.bytes)  # fmt: skip
+    except LookupError:  # its reservation was given back meanwhile (a gateway thought dead)
+        batch_storage().delete(upload.stored_name)
+        raise ApiError(503, "The portal could not keep the file; upload it again.", "storage_unavailable",
+                       retry_after=1) from None  # fmt: skip
+
+
+@sync_to_async
+def _touch(row: BatchFile) -> None:
+    BatchFile.objects.filter(pk=row.pk).touch()
 
 
 @sync_to_async
@@ -171,15 +204,16 @@ def _delete(row: BatchFile) -> None:
 
 @sync_to_async
 def _page(
-    owner_id: int, purpose: str | None, after: str | None, order: str, limit: int
+    request: StreamedRequest, purpose: str | None, after: str | None, order: str, limit: int
 ) -> tuple[list[BatchFile], bool]:
-    """One page of the owner's files, newest first for "desc"; whether more follow."""
+    """One page of the files the key reaches, newest first for "desc"; whether more follow."""
     close_old_connections()
-    rows = BatchFile.objects.of_owner(owner_id)
+    reachable = BatchFile.objects.reachable_by(request.key.id, request.key.owner_id)
+    rows = reachable
     if purpose is not None:
         rows = rows.filter(purpose=purpose)
     if after is not None:
-        cursor = BatchFile.objects.of_owner(owner_id).filter(public_id=after).values_list("id", flat=True).first()
+        cursor = reachable.filter(public_id=after).values_list("id", flat=True).first()
         if cursor is None:
             raise ApiError(400, f"Invalid value for 'after': no such File object: {after[:64]}", "invalid_value",
                            param="after")  # fmt: skip

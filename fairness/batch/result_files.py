@@ -44,8 +44,8 @@ def expire_unfinished(batch: Batch) -> None:
 
 def finalize(batch: Batch, runner: str, status: BatchStatus, errors: dict[str, Any] | None = None) -> bool:
     """Write the files and end the batch with `status`, if `runner` still holds it (else nothing
-    changes, and False). The files' rows and the status commit together: a runner dying between
-    leaves no half-ended batch, only stored content no row names."""
+    changes, and False). The files' rows, the status and the lines' deletion commit together: a
+    runner dying between leaves no half-ended batch, only stored content no row names."""
     if status == BatchStatus.COMPLETED:
         Batch.objects.filter(pk=batch.pk, runner=runner, finalizing_at__isnull=True).update(
             status=BatchStatus.FINALIZING, finalizing_at=timezone.now()
@@ -58,7 +58,9 @@ def finalize(batch: Batch, runner: str, status: BatchStatus, errors: dict[str, A
         if errors is not None:
             fields["errors"] = errors
         ended = Batch.objects.filter(pk=batch.pk, runner=runner, status__in=Batch.UNFINISHED).update(**fields)
-        if not ended:
+        if ended:  # the files hold every line's result now: the rows would only take up room
+            BatchLine.objects.filter(batch=batch).delete()
+        else:
             transaction.set_rollback(True)
     if not ended:
         for found in stored.values():
@@ -81,9 +83,10 @@ def _store(batch: Batch, state: BatchLineState) -> tuple[str, int] | None:
 
 
 def _file_row(batch: Batch, kind: str, stored_name: str, size: int) -> BatchFile:
-    # OpenAI names both files' purpose "batch_output".
+    # OpenAI names both files' purpose "batch_output". They are the batch key's doing, so that
+    # key reads them even when its owner did not make it (BatchFileQuerySet.reachable_by).
     return BatchFile.objects.create(
-        public_id=new_file_id(), owner_id=batch.owner_id, purpose="batch_output",
+        public_id=new_file_id(), owner_id=batch.owner_id, uploaded_with_id=batch.api_key_id, purpose="batch_output",
         filename=f"{batch.public_id}_{kind}.jsonl", bytes=size, stored_name=stored_name,
     )  # fmt: skip
 

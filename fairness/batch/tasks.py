@@ -1,18 +1,25 @@
 """The batch runner as a Celery task, on a queue of its own ("batches"): a runner holds its
 worker process for a slice of time (GP_BATCH_SLICE_SECONDS), which must not hold up telemetry's
-polling. Beat starts one every GP_BATCH_POLL_SECONDS; it returns at once when nothing waits."""
+polling. Beat starts one every GP_BATCH_POLL_SECONDS; it returns at once when nothing waits.
+Retention's pruning runs hourly, on the default queue."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 
 from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 
+from fairness.batch import retention
 from fairness.batch.runner import BatchRunner
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.models import Batch
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="fairness.run_batches")
@@ -34,3 +41,14 @@ async def _run() -> int:
         return await BatchRunner(runtime).run()
     finally:
         await runtime.close()
+
+
+@shared_task(name="fairness.prune_batch_storage")
+def prune_batch_storage() -> dict[str, int]:
+    """Hourly: what the batch lane has kept its time goes (fairness/batch/retention.py)."""
+    close_old_connections()
+    freed = retention.prune(timezone.now())
+    if freed.batches or freed.files or freed.reservations:
+        log.info("retention deleted %d batches, %d files (%d bytes), %d stale upload reservations",
+                 freed.batches, freed.files, freed.bytes, freed.reservations)  # fmt: skip
+    return dataclasses.asdict(freed)

@@ -170,6 +170,7 @@ async def my_file_content(request: HttpRequest, public_id: str) -> HttpResponse 
     """A file of one's own, streamed from the batch-file storage as /v1/files/{id}/content does."""
     user: User = await request.auser()  # type: ignore[assignment]  # signed in: login_required
     row = await sync_to_async(_get_file_for_user)(user, public_id)
+    await sync_to_async(BatchFile.objects.filter(pk=row.pk).touch)()  # retention counts from here
     try:
         content = await StoredContent.open(row.stored_name)
     except OSError:

@@ -51,13 +51,18 @@ def test_a_file_just_over_the_limit_gets_413_and_leaves_nothing(openai_for, cast
         assert client.files.create(file=fits, purpose="batch").bytes == FILE_LIMIT
 
 
-def test_a_declared_length_past_the_limit_is_refused_before_the_body(gateway, cast):
+def answer_before_the_body(gateway, secret: str, declared_length: int) -> bytes:
+    """The answer to an upload's headers alone, declaring a body of this length never sent."""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as conn:
         conn.sendall(
-            b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + cast["alice"].secret.encode()
-            + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000000000\r\n\r\n"
+            b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
+            + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n" % declared_length
         )  # fmt: skip
-        answer = read_answer(conn)  # no body sent: the answer comes anyway
+        return read_answer(conn)
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_the_body(gateway, cast):
+    answer = answer_before_the_body(gateway, cast["alice"].secret, 1_000_000_000_000)
     assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer
 
 

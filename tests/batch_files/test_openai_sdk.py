@@ -37,9 +37,9 @@ def test_a_file_goes_up_is_listed_read_back_and_deleted(openai_for, cast, stored
     assert not BatchFile.objects.exists()
 
 
-def test_any_key_of_the_owner_reads_the_file(openai_for, cast, tiers):
+def test_any_key_its_owner_made_reads_the_file(openai_for, cast, tiers):
     alice = get_user_model().objects.get(username="alice")
-    _, second_secret = issue_key(alice, tiers["batch"], label="alice's batch key")
+    _, second_secret = issue_key(alice, tiers["batch"], label="alice's batch key", created_by=alice)
     created = openai_for(cast["alice"]).files.create(file=("a.jsonl", jsonl()), purpose="batch")
 
     other_key = openai_for(Member("alice", "batch", second_secret, 0))

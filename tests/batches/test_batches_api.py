@@ -66,9 +66,9 @@ def test_another_person_s_file_and_batch_are_404_to_them(openai_for, cast):
     assert Batch.objects.get().status == "validating"  # alice's cancel did nothing
 
 
-def test_any_key_of_the_owner_sees_the_batch(openai_for, cast, tiers):
+def test_any_key_its_owner_made_sees_the_batch(openai_for, cast, tiers):
     carol = get_user_model().objects.get(username="carol")
-    _, secret = issue_key(carol, tiers["interactive"], label="carol's chat key")
+    _, secret = issue_key(carol, tiers["interactive"], label="carol's chat key", created_by=carol)
     batch = create(openai_for(cast["carol"]), input_file_id=upload(openai_for(cast["carol"])))
     assert openai_for(Member("carol", "interactive", secret, 0)).batches.retrieve(batch.id).id == batch.id
 
