@@ -46,11 +46,13 @@ urlpatterns = [
     path("staff/keys/<str:prefix>/rotate/", staff_pages.rotate_key, name="staff-key-rotate"),
     path("staff/users/", staff_user_pages.users, name="staff-users"),
     path("staff/users/new/", staff_user_pages.create_user, name="staff-user-create"),
-    path("staff/users/<str:username>/password/", staff_user_pages.set_user_password, name="staff-user-password"),
-    path("staff/users/<str:username>/tier/", staff_user_pages.set_user_tier, name="staff-user-tier"),
-    path("staff/users/<str:username>/deactivate/", staff_user_pages.set_user_active, {"active": False},
+    # `path`, not `str`: a username made before names were checked may hold a "/", and one such
+    # name must not stop the users page (which links every row) for everyone.
+    path("staff/users/<path:username>/password/", staff_user_pages.set_user_password, name="staff-user-password"),
+    path("staff/users/<path:username>/tier/", staff_user_pages.set_user_tier, name="staff-user-tier"),
+    path("staff/users/<path:username>/deactivate/", staff_user_pages.set_user_active, {"active": False},
          name="staff-user-deactivate"),
-    path("staff/users/<str:username>/reactivate/", staff_user_pages.set_user_active, {"active": True},
+    path("staff/users/<path:username>/reactivate/", staff_user_pages.set_user_active, {"active": True},
          name="staff-user-reactivate"),
     path("staff/accounts/", staff_account_pages.accounts, name="staff-accounts"),
     path("staff/accounts/new/", staff_account_pages.add_account, name="staff-account-add"),
