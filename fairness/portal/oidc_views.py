@@ -4,6 +4,8 @@ the library's bare redirect."""
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
@@ -13,6 +15,8 @@ from django.views.generic import View
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from fairness.portal.oidc_backend import SignInProblem, SignInRefused, discover
+
+log = logging.getLogger(__name__)
 
 
 def refused_page(request: HttpRequest, problem: SignInProblem) -> HttpResponse:
@@ -41,29 +45,50 @@ class SsoStart(OIDCAuthenticationRequestView):  # type: ignore[misc]  # untyped 
         return response
 
 
+REPLAYED = ("This sign-in link was already used, or was not started in this browser. "
+            "Start again from the sign-in page.")
+PROVIDER_SAID_NO = ("The institution's sign-in service did not sign you in. Start again from the sign-in page; "
+                    "if it happens again, the portal's staff can read the service's reason in the portal's log.")
+
+
 class SsoCallback(OIDCAuthenticationCallbackView):  # type: ignore[misc]  # untyped library
     def get(self, request: HttpRequest) -> HttpResponse:
         _require_sso()
+        if request.GET.get("error"):
+            return self.provider_said_no(request)
         try:
             response: HttpResponse = super().get(request)
         except SignInProblem as problem:
             return refused_page(request, problem)
         except SuspiciousOperation:  # the library's word for a state this session never issued
-            replayed = SignInRefused("This sign-in link was already used, or was not started in this browser. "
-                                     "Start again from the sign-in page.")
+            replayed = SignInRefused(REPLAYED)
             replayed.status = 400
             return refused_page(request, replayed)
         return response
+
+    def provider_said_no(self, request: HttpRequest) -> HttpResponse:
+        """The provider's error answer, with words of our own: the query string is anyone's to
+        write (a link to it could put an attacker's text on our origin), and anyone's link must
+        not sign the visitor out either (the library's does), so nobody is. Only an answer to a
+        sign-in this session started (its state) counts as the provider's; it is logged."""
+        state = request.GET.get("state")
+        states = request.session.get("oidc_states")
+        if isinstance(states, dict) and isinstance(state, str) and state in states:
+            del states[state]  # a state is used once, refused or not
+            request.session.modified = True
+            log.warning("The OpenID provider refused a sign-in: error=%r description=%r",
+                        request.GET["error"][:100], (request.GET.get("error_description") or "")[:300])
+            return refused_page(request, SignInRefused(PROVIDER_SAID_NO))
+        unsolicited = SignInRefused(REPLAYED)
+        unsolicited.status = 400
+        return refused_page(request, unsolicited)
 
     def login_failure(self) -> HttpResponse:
         user = getattr(self, "user", None)
         if user is not None and not user.is_active:
             message = "Your account here has been deactivated by the portal's staff; ask them to reactivate it."
-        elif self.request.GET.get("error"):
-            said = self.request.GET.get("error_description") or self.request.GET["error"]
-            message = f"The institution's sign-in service said: {said}."
         else:
-            message = "This sign-in link was already used, or was not started in this browser. Start again."
+            message = REPLAYED
         problem = SignInRefused(message)
         if user is None:
             problem.status = 400
