@@ -346,6 +346,17 @@ GP_MAX_ENGINE_RESPONSE_BYTES = envint("GP_MAX_ENGINE_RESPONSE_BYTES", 64 * 1024 
 GP_CLIENT_HEADER_TIMEOUT_SECONDS = envfloat("GP_CLIENT_HEADER_TIMEOUT_SECONDS", 10.0)
 GP_CLIENT_MAX_HEADER_BYTES = envint("GP_CLIENT_MAX_HEADER_BYTES", 64 * 1024)
 GP_CLIENT_BODY_TIMEOUT_SECONDS = envfloat("GP_CLIENT_BODY_TIMEOUT_SECONDS", 30.0)
+# Any body, to any route, must arrive whole within the grace plus one second for each
+# GP_CLIENT_MIN_BODY_BYTES_PER_SECOND received (408 beyond): a 200 MiB upload may take 56 hours.
+GP_CLIENT_BODY_GRACE_SECONDS = envfloat("GP_CLIENT_BODY_GRACE_SECONDS", 10.0)
+GP_CLIENT_MIN_BODY_BYTES_PER_SECOND = envfloat("GP_CLIENT_MIN_BODY_BYTES_PER_SECOND", 1024.0)
+# Connections waiting on their client (headers or body not yet whole, or idle between requests),
+# per client address and in all; past either the oldest is closed (fairness/gateway/waiting_clients.py).
+GP_CLIENT_MAX_PENDING = envint("GP_CLIENT_MAX_PENDING", 1024)
+GP_CLIENT_MAX_PENDING_PER_ADDRESS = envint("GP_CLIENT_MAX_PENDING_PER_ADDRESS", 256)
+if GP_CLIENT_MIN_BODY_BYTES_PER_SECOND <= 0 or GP_CLIENT_MAX_PENDING < 1 or GP_CLIENT_MAX_PENDING_PER_ADDRESS < 1:
+    raise ImproperlyConfigured("GP_CLIENT_MIN_BODY_BYTES_PER_SECOND must be above 0, GP_CLIENT_MAX_PENDING and "
+                               "GP_CLIENT_MAX_PENDING_PER_ADDRESS at least 1.")
 GP_KEY_CACHE_SECONDS = envfloat("GP_KEY_CACHE_SECONDS", 60.0)
 GP_AUTH_EPOCH_CHECK_SECONDS = envfloat("GP_AUTH_EPOCH_CHECK_SECONDS", 0.5)
 GP_LEASE_TTL_SECONDS = envfloat("GP_LEASE_TTL_SECONDS", 30.0)

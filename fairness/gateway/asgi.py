@@ -40,6 +40,7 @@ from django.http import HttpResponse, HttpResponseBase
 from fairness.gateway import views
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
+from fairness.gateway.http_server import vouch_for
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.streamed_body import (
     BodyStream,
@@ -264,6 +265,7 @@ class GatewayApp:
         runtime = self._runtime()
         directory = await runtime.refresh()  # a changed config epoch clears the key cache first
         key = await runtime.keys.authenticate(headers.get("authorization"))
+        vouch_for(scope)  # a flood of connections that send nothing no longer closes this one
         return headers, key, directory
 
     async def _answer(

@@ -1,33 +1,88 @@
-"""The HTTP/1.1 protocol the portal runs under uvicorn: httptools's, with a deadline and a size
-limit on request headers. Run uvicorn with `--http fairness.gateway.http_server:GatewayHttpProtocol`.
+"""The HTTP/1.1 protocol the portal runs under uvicorn: httptools's, with deadlines on request
+headers and bodies, a size limit on headers, and a concurrency limit that counts requests served,
+not connections. Run uvicorn with `--http fairness.gateway.http_server:GatewayHttpProtocol`.
 
-uvicorn's httptools protocol (0.54) has neither. Its keep-alive timer starts only when a response
-ends and any byte received cancels it, so a connection that never finishes its headers (silent
-from the start, or sending a byte now and then) stays open for ever; and httptools buffers a header
-of any size (an 8 MB one was accepted). `--h11-max-incomplete-event-size` bounds the size under h11
-only, which has no deadline either. So, for every connection:
+uvicorn's httptools protocol (0.54) has none of these. Its keep-alive timer starts only when a
+response ends and any byte received cancels it, so a connection that never finishes its headers
+(silent from the start, or sending a byte now and then) stays open for ever; nothing bounds how
+long a body may take; httptools buffers a header of any size (an 8 MB one was accepted); and
+`--limit-concurrency` counts open connections, so enough idle or trickling ones make every real
+request get 503. So, for every connection:
 
 - From the moment it opens, or a response on it ends, the next request's headers must be whole
   within GP_CLIENT_HEADER_TIMEOUT_SECONDS, or it is closed. That also bounds how long it may go on
   sending the rest of a body the app answered without reading (an early 401 or 413): uvicorn reads
   and drops such a rest to keep the connection usable, for as long as it keeps coming.
+- Once a request's headers are whole, its body must keep up an average pace: all of it within
+  GP_CLIENT_BODY_GRACE_SECONDS plus one second for every GP_CLIENT_MIN_BODY_BYTES_PER_SECOND
+  received, or the request gets 408 and the connection is closed. (Not counted: time the server
+  itself stopped reading because the app was behind.) A gap limit alone would let one byte every
+  few seconds hold a connection for as long as the body is long.
 - More than about GP_CLIENT_MAX_HEADER_BYTES of request line and headers gets a 431 and the
   connection closed. (Counted from the first read after the request began: the limit may be
   overshot by one read, at most 256 KiB, which bounds the memory all the same.)
+- Connections waiting on their client are capped per address and in total, the oldest closed past
+  a cap, and `--limit-concurrency` counts only requests that arrived whole, or whose key the app
+  found valid before their body (`vouch_for`; fairness/gateway/waiting_clients.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from fairness.gateway.errors import ApiError
+from fairness.gateway.waiting_clients import WaitingClients
+
+# How long after a burst of connections the oldest waiting past a cap are closed: long enough for
+# the loop to read what came with the burst (waiting_clients.py).
+CLOSING_DELAY_SECONDS = 0.05
+VOUCHING = "gpuportal.vouching"  # the scope's extension through which the app vouches for a request
+_CLIENTS: weakref.WeakKeyDictionary[ServerState, WaitingClients] = weakref.WeakKeyDictionary()
+
+
+def clients_of(server_state: ServerState) -> WaitingClients:
+    """The one count of waiting and served connections of a server (all its protocols share it)."""
+    clients = _CLIENTS.get(server_state)
+    if clients is None:
+        clients = WaitingClients(settings.GP_CLIENT_MAX_PENDING, settings.GP_CLIENT_MAX_PENDING_PER_ADDRESS)
+        _CLIENTS[server_state] = clients
+    return clients
+
+
+def vouch_for(scope: Mapping[str, Any]) -> None:
+    """Tell the server that the sender of this request is known (its key is valid): while its
+    body arrives, its connection is served rather than waiting, and no flood of waiting
+    connections from its address closes it. Its body must keep the pace all the same."""
+    vouch = scope.get("extensions", {}).get(VOUCHING, {}).get("vouch")
+    if vouch is not None:
+        vouch()
+
+
+@dataclass
+class BodyPace:
+    """When a body that began arriving at `started` must be whole, given what has come of it."""
+
+    started: float
+    grace: float
+    min_rate: float  # bytes a second, on average
+    received: int = 0
+
+    def due(self) -> float:
+        return self.started + self.grace + self.received / self.min_rate
+
+    def restart(self, now: float) -> None:
+        """Count afresh from `now`: the server stopped reading, so the pace so far is not the client's."""
+        self.started, self.received = now, 0
 
 
 class GatewayHttpProtocol(HttpToolsProtocol):
@@ -41,15 +96,27 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self.header_timeout: float = settings.GP_CLIENT_HEADER_TIMEOUT_SECONDS
         self.max_header_bytes: int = settings.GP_CLIENT_MAX_HEADER_BYTES
+        self.body_grace: float = settings.GP_CLIENT_BODY_GRACE_SECONDS
+        self.min_body_rate: float = settings.GP_CLIENT_MIN_BODY_BYTES_PER_SECOND
+        # uvicorn's own check counts every connection; ours counts requests served.
+        self.max_serving = self.limit_concurrency
+        self.limit_concurrency = None
+        self.clients = clients_of(server_state)
         self._header_deadline: asyncio.TimerHandle | None = None
         self._header_bytes: int | None = None  # read since a request began, until its headers end
+        self._body_deadline: asyncio.TimerHandle | None = None
+        self._pace: BodyPace | None = None  # of the body being read, until it ends
+        self._whole = False  # the latest request has arrived whole, body and all
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._expect_headers()
+        self._wait_on_client()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
+        self._end_body_pace()
+        self.clients.forget(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -63,11 +130,28 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._whole = False
 
     def on_headers_complete(self) -> None:
         self._header_bytes = None
         self._cancel_deadline()
+        pace = self._pace = BodyPace(self.loop.time(), self.body_grace, self.min_body_rate)
+        self._body_deadline = self.loop.call_at(pace.due(), self._check_body_pace)
+        extensions: dict[str, dict[object, object]] = {VOUCHING: {"vouch": lambda: self._vouched(pace)}}
+        self.scope["extensions"] = extensions
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._pace is not None:
+            self._pace.received += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._whole = True
+        self._end_body_pace()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.clients.serve(self)
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)  # a next request whose headers are whole already
@@ -76,8 +160,37 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             # (up to 64 KiB and a read) now, not when the connection closes.
             self.cycle.body = bytearray()
         super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if not pipelined or not self._whole:
+            self._wait_on_client()
+        if not pipelined:
             self._expect_headers()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        others = self.clients.serving - self.clients.is_serving(self)
+        if self.max_serving is not None and others >= self.max_serving:
+            app = _over_capacity
+        super()._start_asgi_task(cycle, app)
+
+    def _vouched(self, pace: BodyPace) -> None:
+        if self._pace is pace and not self.transport.is_closing():  # its body is still to come
+            self.clients.serve(self)
+
+    def close_waiting(self) -> None:
+        """Closed as the oldest connection waiting on its client past a cap."""
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _wait_on_client(self) -> None:
+        self.clients.wait(self, self.client[0] if self.client else "")
+        if self.clients.past_cap() and not self.clients.closing_scheduled:
+            self.clients.closing_scheduled = True
+            self.loop.call_later(CLOSING_DELAY_SECONDS, self._close_past_caps)
+
+    def _close_past_caps(self) -> None:
+        self.clients.closing_scheduled = False
+        self.clients.close_past_caps()
 
     def _expect_headers(self) -> None:
         self._cancel_deadline()
@@ -93,6 +206,33 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def _end_body_pace(self) -> None:
+        self._pace = None
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+
+    def _check_body_pace(self) -> None:
+        self._body_deadline = None
+        pace = self._pace
+        if pace is None or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:
+            pace.restart(now)  # the app has not taken what came: the client is not the slow one
+        if now < pace.due():
+            self._body_deadline = self.loop.call_at(pace.due(), self._check_body_pace)
+            return
+        self._pace = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            self._answer_and_close(408, _body_too_slow(cycle.scope["path"], self.min_body_rate))
+            # As connection_lost will: the app sees the client gone and its answer goes nowhere.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        else:
+            self.transport.close()
+
     def _refuse_headers(self) -> None:
         self._header_bytes = None
         self._cancel_deadline()
@@ -100,11 +240,37 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             431, f"The request's headers exceed the limit of {self.max_header_bytes} bytes.",
             "request_headers_too_large",
         )  # fmt: skip
-        body = json.dumps(error.body()).encode()
+        self._answer_and_close(431, (b"application/json", json.dumps(error.body()).encode()))
+
+    def _answer_and_close(self, status: int, content: tuple[bytes, bytes]) -> None:
+        content_type, body = content
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/json\r\n"
+            STATUS_LINE[status] + b"content-type: " + content_type + b"\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\n"
             b"connection: close\r\n\r\n" + body
         )
         self.transport.close()
+
+
+def _body_too_slow(path: str, min_rate: float) -> tuple[bytes, bytes]:
+    """The 408 for a body below the pace: OpenAI-shaped for /v1/, plain text for the pages."""
+    message = f"The request body arrived slower than {min_rate:g} bytes a second."
+    return _error_content(path, ApiError(408, message, "request_timeout"))
+
+
+def _error_content(path: str, error: ApiError) -> tuple[bytes, bytes]:
+    if path.startswith("/v1/"):
+        return b"application/json", json.dumps(error.body()).encode()
+    return b"text/plain; charset=utf-8", error.message.encode() + b"\n"
+
+
+async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
+    """The answer past the limit on requests served: 503, to retry in a second."""
+    error = ApiError(503, "The gateway is serving as many requests as it may; try again.", "server_busy")
+    content_type, body = _error_content(scope["path"], error)
+    await send({
+        "type": "http.response.start", "status": 503,
+        "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", b"1"), (b"connection", b"close")],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
