@@ -21,6 +21,7 @@ from fairness.batch import control as batch_control
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import AdminToken, ApiKey, AuditEntry, Batch, Membership, Replica, SaturationAlert, Tier
+from fairness.portal import account_origin
 from fairness.portal.keys import issue_key, mint_secret
 
 if TYPE_CHECKING:
@@ -155,13 +156,20 @@ def create_user(actor: Actor, username: str, email: str = "", is_staff: bool = F
     return user
 
 
-def password_refusal(actor: User | None, user: User) -> str:
+def password_refusal(actor: User | None, user: User, elsewhere: str | None = None) -> str:
     """Why `actor` may not set the password of `user` ("" when they may).
 
-    Staff set a first password for a researcher created without one (the set-password step) and
-    nothing more: setting the password of another staff member, a superuser, or anyone who has a
-    password already would let them sign in as that person, with that person's powers. Only a
-    superuser (or the command line, which has the host already) may."""
+    Nobody gives a local password to someone whose sign-in is the directory's or the provider's
+    (account_origin; `elsewhere` is its answer when the caller has it already). Staff set a first
+    password for a researcher created without one (the set-password step) and nothing more:
+    setting the password of another staff member, a superuser, or anyone who has a password
+    already would let them sign in as that person, with that person's powers. Only a superuser
+    (or the command line, which has the host already) may."""
+    if elsewhere is None:
+        elsewhere = account_origin.signs_in_elsewhere(user)
+    if elsewhere:
+        return (f"{user.get_username()} signs in with {elsewhere}: the portal gives them no password of its own, "
+                "which would be a second way in.")
     if actor is None or actor.is_superuser:
         return ""
     if user.is_staff or user.is_superuser:

@@ -16,7 +16,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
 
 from fairness.models import ApiKey, Tier
-from fairness.portal import actions
+from fairness.portal import account_origin, actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import CreateUserForm, SetPasswordForm, UserTierForm
 from fairness.portal.queries import tokens_by_owner
@@ -49,11 +49,13 @@ def users(request: SignedInRequest) -> HttpResponse:
         tiers_of.setdefault(owner_id, set()).add(tier_name)
     tokens = tokens_by_owner()
     rows = [(person, sorted(tiers_of.get(person.pk, ())), tokens.get(person.pk, 0)) for person in people]
+    elsewhere = account_origin.elsewhere_for(person for person, _, _ in rows)
     return render(request, "staff/users.html", {
         "rows": rows, "tiers": Tier.objects.all(),
         "may_switch": {person.pk for person, _, _ in rows if not actions.activation_refusal(request.user, person)},
         # Only the links this staff member may follow (the page itself refuses the rest).
-        "may_set_password": {person.pk for person, _, _ in rows if not actions.password_refusal(request.user, person)},
+        "may_set_password": {person.pk for person, _, _ in rows
+                             if not actions.password_refusal(request.user, person, elsewhere.get(person.pk, ""))},
     })
 
 

@@ -132,3 +132,19 @@ def test_local_signin_for_staff_only_still_lets_directory_users_in(slapd: Slapd,
         assert response.status_code == 302
         _, response = sign_in("erin", "erins own long password")
         assert "staff only" in form_error(response)
+
+
+def test_staff_cannot_give_a_directory_user_a_password_to_sign_in_with(slapd: Slapd, labs: Labs, redis_url, staff):
+    _, response = sign_in("bob", PASSWORDS["bob"], address="127.0.0.10")
+    assert response.status_code == 302
+    staff_client = Client(REMOTE_ADDR="127.0.0.7")
+    staff_client.force_login(staff)
+    chosen = "a password staff chose"
+
+    refused = staff_client.post("/staff/users/bob/password/", {"new_password1": chosen, "new_password2": chosen})
+
+    assert refused.status_code == 403 and "the institution&#x27;s directory" in refused.content.decode()
+    _, response = sign_in("bob", chosen, address="127.0.0.10")
+    assert "correct username and password" in form_error(response)
+    entry = AuditEntry.objects.get(action="user.password.refused")
+    assert (entry.target, entry.actor) == ("bob", staff)

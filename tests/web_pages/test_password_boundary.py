@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.test import Client
 
 from fairness.models import AuditEntry
-from fairness.portal import actions
+from fairness.portal import actions, group_sync
 from tests.web_pages.conftest import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,3 +100,20 @@ def test_the_users_page_offers_set_password_only_where_it_would_be_allowed(staff
     page = staff_client.get("/staff/users/").content.decode()
     offered = {name for name in ("root", "tess", "ruth", "nora") if f"/staff/users/{name}/password/" in page}
     assert offered == {"nora"}
+
+
+def test_staff_cannot_give_a_directory_user_a_password(staff):
+    # Made as the directory sign-in makes its accounts (tests/ldap signs one in through slapd).
+    actions.create_user(group_sync.sync_actor("ldap", "127.0.0.5"), "bob", "bob@uni.example")
+    staff_client = Client(REMOTE_ADDR="127.0.0.7")
+    staff_client.force_login(staff)
+
+    assert "/staff/users/bob/password/" not in staff_client.get("/staff/users/").content.decode()
+    response = staff_client.post("/staff/users/bob/password/", NEW)
+
+    assert response.status_code == 403 and "bob signs in with the institution&#x27;s directory" in \
+        response.content.decode()
+    assert not Client().login(username="bob", password=NEW["new_password1"])
+    refused = AuditEntry.objects.get(action="user.password.refused")
+    assert (refused.target, refused.actor) == ("bob", staff)
+    assert "directory" in refused.detail["reason"]
