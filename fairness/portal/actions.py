@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fairness.batch import control as batch_control
+from fairness.batch import retention
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import AdminToken, ApiKey, AuditEntry, Batch, Membership, Replica, SaturationAlert, Tier
@@ -364,6 +365,15 @@ def cancel_batch(actor: Actor, batch: Batch) -> bool:
     if cancelled:
         audit(actor, "batch.cancel", batch.public_id, owner=batch.owner.get_username(), key=batch.api_key.prefix)
     return cancelled
+
+
+@transaction.atomic
+def free_storage(actor: Actor, owner: User) -> retention.Freed:
+    """Staff delete one person's ended batches and their files that no unfinished batch needs.
+    The audit says how much, never what the files held."""
+    freed = retention.free_person(owner.pk)
+    audit(actor, "storage.free", owner.get_username(), batches=freed.batches, files=freed.files, bytes=freed.bytes)
+    return freed
 
 
 def _jsonable(values: dict) -> dict:
