@@ -144,8 +144,10 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
     def get_user(self, user_id):
         # ModelBackend's, not the library's (which skips is_active): the session of someone
         # deactivated, by staff or by a sign-in that found them in no mapped group, ends at its
-        # next request, as a password sign-in's does.
-        return ModelBackend.get_user(self, user_id)
+        # next request, as a password sign-in's does. So does the SSO session of someone made
+        # staff since: staff powers never come from an SSO sign-in.
+        user = ModelBackend.get_user(self, user_id)
+        return None if user is None or user.is_staff or user.is_superuser else user
 
     def get_payload_data(self, token, key):
         """The library checks the signature and expiry; we add the issuer and the audience."""

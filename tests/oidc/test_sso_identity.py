@@ -114,6 +114,16 @@ def test_staff_are_never_signed_in_by_sso_even_when_their_account_is_the_provide
     assert User.objects.get(pk=tess.pk).is_active  # refused, not deactivated
 
 
+def test_an_sso_session_ends_when_its_user_is_made_staff(sso_portal, oidc_provider: Provider, labs: Labs):
+    oidc_provider.set({"u-4005": ["nlp-lab"]}, usernames={"u-4005": "tom"})
+    with sso_sign_in(sso_portal.url, "u-4005") as (client, _):
+        assert signed_in_as(client, sso_portal.url) == "tom"
+        User.objects.filter(username="tom").update(is_staff=True)  # a superuser promotes him meanwhile
+
+        assert client.get(sso_portal.url + "/staff/").status_code == 302  # to the sign-in page
+        assert signed_in_as(client, sso_portal.url) is None
+
+
 def test_a_superuser_links_an_existing_researcher_on_purpose_and_her_email_stays_hers(
         sso_portal, oidc_provider: Provider, labs: Labs):
     bob = User.objects.create_user("bob", "bob@lab.invalid")
