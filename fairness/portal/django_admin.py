@@ -5,7 +5,8 @@ they can be read, relabelled and revoked but not added. Records the portal write
 samples, the audit log) are read-only. Every change to tiers, keys and replicas bumps the config
 epoch through the model signals, so gateways follow within a second; Django's own admin log
 records who made it, and revocations and replica saves (with their tiers, in one transaction) go
-through the audited actions like the staff pages' own.
+through the audited actions like the staff pages' own. A user's password is set here within the
+staff pages' rule, and audited as there (PortalUserAdmin).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Field, QuerySet, URLField
 from django.forms import Field as FormField
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from fairness.models import (
     Account,
@@ -35,6 +40,8 @@ from fairness.models import (
 from fairness.portal import actions, group_sync
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
+
+User = get_user_model()
 
 
 def _actor(request: HttpRequest) -> actions.Actor:
@@ -200,3 +207,30 @@ class BatchFileAdmin(ReadOnlyAdmin):
     list_filter = ["purpose"]
     search_fields = ["public_id", "filename", "owner__username"]
     exclude = ["stored_name"]
+
+
+class PortalUserAdmin(UserAdmin):
+    """Django's user admin, within the staff pages' rule on passwords (actions.password_refusal):
+    its password page refuses, audited, what they would refuse (a password for someone whose
+    sign-in is the directory's or the provider's, say), and a password it sets is audited too."""
+
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        person = self.get_object(request, unquote(id))
+        if person is None or not self.has_change_permission(request, person):
+            return super().user_change_password(request, id, form_url)  # its own 404 or 403
+        actor = _actor(request)
+        reason = actions.password_refusal(actor.user, person)
+        if reason and request.method == "POST":
+            actions.refuse_password(actor, person, reason)  # raises PermissionDenied
+        if reason:
+            raise PermissionDenied(reason)
+        before = person.password
+        response: HttpResponse = super().user_change_password(request, id, form_url)
+        person.refresh_from_db(fields=["password"])
+        if person.password != before:
+            actions.audit(actor, "user.password", person.get_username(), via="admin")
+        return response
+
+
+admin.site.unregister(User)
+admin.site.register(User, PortalUserAdmin)

@@ -53,3 +53,18 @@ def test_not_even_a_superuser_gives_an_sso_user_a_password(eve):
     assert not Client().login(username="eve", password=NEW["new_password1"])
     assert list(AuditEntry.objects.filter(action="user.password.refused").values_list("actor_name", flat=True)
                 .order_by("pk")) == ["root", "os:root"]
+
+
+def test_the_django_admin_gives_an_sso_user_no_password_either(eve):
+    root = User.objects.create_superuser("root", "root@portal.invalid", "the root password")
+    admin = pages_as(root)
+    page = f"/admin/auth/user/{eve.pk}/password/"
+
+    assert admin.get(page).status_code == 403
+    response = admin.post(page, {"password1": NEW["new_password1"], "password2": NEW["new_password2"],
+                                 "usable_password": "true"})
+
+    assert response.status_code == 403
+    assert not Client().login(username="eve", password=NEW["new_password1"])
+    refused = AuditEntry.objects.get(action="user.password.refused")
+    assert (refused.target, refused.actor, refused.ip) == ("eve", root, STAFF_IP)

@@ -117,3 +117,18 @@ def test_staff_cannot_give_a_directory_user_a_password(staff):
     refused = AuditEntry.objects.get(action="user.password.refused")
     assert (refused.target, refused.actor) == ("bob", staff)
     assert "directory" in refused.detail["reason"]
+
+
+def test_the_django_admin_sets_a_researchers_first_password_audited(tiers):
+    root = User.objects.create_superuser("root", "root@portal.invalid", "the root password")
+    nora = User.objects.create_user("nora")
+    admin = Client(REMOTE_ADDR="127.0.0.8")
+    admin.force_login(root)
+
+    response = admin.post(f"/admin/auth/user/{nora.pk}/password/", {
+        "password1": NEW["new_password1"], "password2": NEW["new_password2"], "usable_password": "true"})
+
+    assert response.status_code == 302
+    assert Client().login(username="nora", password=NEW["new_password1"])
+    entry = AuditEntry.objects.get(action="user.password")
+    assert (entry.target, entry.actor, entry.ip, entry.detail) == ("nora", root, "127.0.0.8", {"via": "admin"})
