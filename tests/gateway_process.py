@@ -28,7 +28,10 @@ def database_url(settings_dict: dict) -> str:
 
 
 class GatewayProcess:
-    def __init__(self, port: int, env: dict[str, str], log_path: Path, workers: int = 1, root: Path = ROOT) -> None:
+    def __init__(
+        self, port: int, env: dict[str, str], log_path: Path, workers: int = 1, root: Path = ROOT,
+        limit_concurrency: int = 1024,
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
@@ -40,7 +43,7 @@ class GatewayProcess:
             # As in production (README, "In production"): header deadline and size limit, a cap on
             # connections, idle keep-alive connections closed.
             "--http", "fairness.gateway.http_server:GatewayHttpProtocol",
-            "--limit-concurrency", "1024", "--timeout-keep-alive", "5",
+            "--limit-concurrency", str(limit_concurrency), "--timeout-keep-alive", "5",
         ]
         if workers > 1:
             command += ["--workers", str(workers)]

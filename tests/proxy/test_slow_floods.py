@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.conftest import MODEL, start_gateway
+from tests.conftest import LOG_DIR, MODEL, free_port, gateway_env, start_gateway
+from tests.gateway_process import GatewayProcess
 from tests.polling import wait_for
 from tests.proxy.test_slow_clients import closed_by_server, error_code, read_response
 
@@ -287,3 +288,74 @@ def test_an_upload_under_way_with_a_valid_key_survives_a_flood_from_its_own_addr
     assert flood.closed_by_server >= FLOOD  # the flood was closed past the cap, many times over
     assert status == 200, answer
     assert json.loads(answer)["bytes"] == len(content)
+
+
+def test_pipelined_requests_are_each_answered_on_one_connection(paced, cast):
+    """Requests sent back to back before any answer: the server counts each as served in turn."""
+    request = (f"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1:{paced.port}\r\n"
+               f"authorization: Bearer {cast['alice'].secret}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", paced.port), timeout=10) as sock:
+        answers = sock.makefile("rb")
+        sock.sendall(request * 3)
+        statuses = [read_status(answers) for _ in range(3)]
+        sock.sendall(request)  # and the connection is still good for another
+        statuses.append(read_status(answers))
+    assert statuses == [200, 200, 200, 200]
+
+
+def read_status(answers) -> int:
+    """The status of the next response on a connection read as a file, its body skipped."""
+    status = int(answers.readline().split()[1])
+    length = 0
+    while (line := answers.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    answers.read(length)
+    return status
+
+
+@pytest.fixture
+def narrow(live_db_url, transactional_db, redis_url):
+    """A gateway that serves two requests at a time (--limit-concurrency 2)."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    process = GatewayProcess(port, gateway_env(live_db_url), LOG_DIR / f"narrow-{port}.log", limit_concurrency=2)
+    yield process
+    process.stop()
+
+
+def test_the_concurrency_limit_counts_requests_served_not_connections_waiting(narrow, cast, sim, replica):
+    auth = {"authorization": f"Bearer {cast['alice'].secret}"}
+    silent = [socket.create_connection(("127.0.0.1", narrow.port), timeout=10) for _ in range(20)]
+    stalled: list[socket.socket] = []
+    try:
+        # Twenty connections that send nothing, with a limit of two: a key's request is served.
+        assert httpx.get(narrow.url + "/v1/models", headers=auth, timeout=10).status_code == 200
+        wait_for(lambda: httpx.post(narrow.url + "/v1/chat/completions", headers=auth, timeout=10, json={
+            "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).status_code == 200,
+            what="the engine in use")  # fmt: skip
+        # Two chats the engine never answers are two requests served: a third is one too many.
+        sim.set_faults(stall=True)
+        chat = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        for member in ("alice", "bob"):
+            sock = socket.create_connection(("127.0.0.1", narrow.port), timeout=10)
+            sock.sendall(
+                f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer "
+                f"{cast[member].secret}\r\ncontent-type: application/json\r\ncontent-length: {len(chat)}\r\n\r\n"
+                .encode() + chat
+            )  # fmt: skip
+            stalled.append(sock)
+        busy = wait_for(
+            lambda: (r := httpx.get(narrow.url + "/v1/models", headers=auth, timeout=10)).status_code == 503 and r,
+            what="a 503 past the limit",
+        )
+        assert busy.json()["error"]["code"] == "server_busy"
+        assert busy.json()["error"]["type"] == "service_unavailable"
+        assert busy.headers["retry-after"] == "1"
+        page = httpx.get(narrow.url + "/capacity/", timeout=10)
+        assert (page.status_code, page.headers["content-type"]) == (503, "text/plain; charset=utf-8")
+    finally:
+        sim.set_faults(stall=False)
+        for sock in silent + stalled:
+            sock.close()
