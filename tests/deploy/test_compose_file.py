@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from django.conf import settings
 
 from tests.gateway_process import ROOT
 
@@ -49,3 +50,11 @@ def test_every_portal_process_gets_its_django_key_from_a_secret():
     for name in ("migrate", "gateway", "worker", "beat"):
         environment = services[name]["environment"]
         assert "SECRET_KEY" not in environment and environment["SECRET_KEY_FILE"].startswith("/run/secrets/"), name
+
+
+def test_the_gateway_may_open_a_descriptor_for_every_connection_it_may_hold():
+    gateway = load("docker-compose.yml")["services"]["gateway"]
+    command = gateway["command"]
+    served = int(command[command.index("--limit-concurrency") + 1])
+    waiting = settings.GP_CLIENT_MAX_PENDING
+    assert gateway["ulimits"]["nofile"]["soft"] >= served + waiting + 1024  # and room for the engines'
