@@ -137,7 +137,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._cancel_deadline()
         pace = self._pace = BodyPace(self.loop.time(), self.body_grace, self.min_body_rate)
         self._body_deadline = self.loop.call_at(pace.due(), self._check_body_pace)
-        extensions: dict[str, dict[object, object]] = {VOUCHING: {"vouch": lambda: self._vouched(pace)}}
+        extensions: dict[str, dict[object, object]] = dict(self.scope.get("extensions", {}))
+        extensions[VOUCHING] = {"vouch": lambda: self._vouched(pace)}
         self.scope["extensions"] = extensions
         super().on_headers_complete()
 

@@ -140,6 +140,7 @@ class Flood:
     every: float | None
     count: int = FLOOD
     reopen_after: float = 1.0
+    addresses: tuple[str, ...] = ("127.0.0.1",)  # where its connections come from, in turn
     opened: int = 0
     closed_by_server: int = 0
     failed_to_open: int = 0
@@ -167,7 +168,8 @@ class Flood:
 
     def _open(self) -> None:
         try:
-            sock = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+            source = self.addresses[self.opened % len(self.addresses)]
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=2, source_address=(source, 0))
             if self.head:
                 sock.sendall(self.head)
         except OSError:
@@ -241,20 +243,23 @@ def summary(results: list[tuple[str, int, float]], flood: Flood) -> str:
 
 
 @pytest.mark.parametrize(
-    "kind", ["trickled page bodies", "silent connections", "trickled headers"],
+    "kind", ["trickled page bodies", "silent connections", "trickled headers", "silent, from five other addresses"],
 )
 def test_a_keys_requests_are_all_answered_while_1030_connections_wait_on_their_client(paced, cast, replica, kind):
     head, every = {
         "trickled page bodies": (page_post_head(paced.port, 1_000_000), 5.0),
         "silent connections": (b"", None),
         "trickled headers": (f"GET / HTTP/1.1\r\nhost: 127.0.0.1:{paced.port}\r\n".encode(), 0.5),
+        "silent, from five other addresses": (b"", None),
     }[kind]
+    # Five addresses of 206 each: every one within its cap of 256, together past the 1024 in all.
+    addresses = tuple(f"127.0.0.{n}" for n in range(2, 7)) if "addresses" in kind else ("127.0.0.1",)
     # Warm up: the key is looked up and the engine found healthy before the flood.
     chat = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
     auth = {"authorization": f"Bearer {cast['alice'].secret}"}
     wait_for(lambda: httpx.post(paced.url + "/v1/chat/completions", headers=auth, json=chat, timeout=10)
              .status_code == 200, what="a chat answered before the flood")
-    with Flood(paced.port, head, every) as flood:
+    with Flood(paced.port, head, every, addresses=addresses) as flood:
         assert flood.opened + flood.failed_to_open == FLOOD
         results = key_requests_during(paced, cast["alice"].secret, FLOOD_SECONDS)
     print(f"{kind}: {summary(results, flood)}")
