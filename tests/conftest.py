@@ -15,7 +15,19 @@ from django.conf import settings
 from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
+from tests import network_guard
 from tests.gateway_process import GatewayProcess, database_url
+
+# Before any test or fixture runs: nothing in this process reaches past loopback.
+network_guard.install()
+
+
+@pytest.fixture(autouse=True)
+def only_loopback() -> Iterator[None]:
+    """Fails the test if anything in it tried to reach past loopback, even where the code under
+    test swallowed the refusal (a probe that marks its engine down)."""
+    yield
+    network_guard.fail_if_refused()
 
 
 def _neighbour_database(url: str) -> str:
@@ -199,7 +211,7 @@ def openai_for(gateway, replica):
     return make
 
 
-STAFF_IP = "10.0.0.7"
+STAFF_IP = "127.10.0.7"
 
 
 @pytest.fixture

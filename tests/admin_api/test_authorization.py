@@ -17,7 +17,7 @@ ENDPOINTS = [
     ("post", "/api/admin/tiers", {"name": "gold"}),
     ("patch", "/api/admin/tiers/interactive", {"per_key_concurrency": 3}),
     ("get", "/api/admin/replicas", None),
-    ("post", "/api/admin/replicas", {"name": "gpu1", "base_url": "http://10.1.2.4:8000", "model": "m"}),
+    ("post", "/api/admin/replicas", {"name": "gpu1", "base_url": "http://127.11.2.4:9", "model": "m"}),
     ("post", "/api/admin/replicas/gpu0/drain", None),
     ("get", "/api/admin/alerts", None),
     ("get", "/api/admin/audit", None),
@@ -35,7 +35,7 @@ def call(client: Client, method: str, path: str, body, **extra):
 def prepared(path: str, cast) -> str:
     from fairness.models import ApiKey, Replica
 
-    Replica.objects.get_or_create(name="gpu0", defaults={"base_url": "http://10.1.2.3:8000", "model": "m"})
+    Replica.objects.get_or_create(name="gpu0", defaults={"base_url": "http://127.11.2.3:9", "model": "m"})
     return path.format(prefix=ApiKey.objects.get(pk=cast["bob"].key_id).prefix)
 
 

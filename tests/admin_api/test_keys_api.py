@@ -116,8 +116,8 @@ def test_a_malformed_idempotency_key_is_refused(staff_client, cast, value):
 
 
 def test_adding_a_replica_that_would_overlap_a_deployment_is_422(staff_client, cast):
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
-    response = post(staff_client, "/api/admin/replicas", {"name": "gpu1", "base_url": "http://10.1.2.4:8000",
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", max_num_seqs=8)
+    response = post(staff_client, "/api/admin/replicas", {"name": "gpu1", "base_url": "http://127.11.2.4:9",
                                                           "model": "tiny", "tiers": ["batch"]})
     assert response.status_code == 422 and response.json()["detail"].startswith("tiers: Model tiny")
     assert not Replica.objects.filter(name="gpu1").exists()

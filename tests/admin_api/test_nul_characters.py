@@ -13,9 +13,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("method", "path", "body", "field"),
     [
-        ("post", "/api/admin/replicas", {"name": "r", "base_url": "http://e:8000", "model": "m",
+        ("post", "/api/admin/replicas", {"name": "r", "base_url": "http://e.invalid:8000", "model": "m",
                                          "tiers": ["batch", "in\x00teractive"]}, "tiers"),
-        ("post", "/api/admin/replicas", {"name": "r", "base_url": "http://e:8000", "model": "m\x00"}, "model"),
+        ("post", "/api/admin/replicas", {"name": "r", "base_url": "http://e.invalid:8000", "model": "m\x00"}, "model"),
         ("post", "/api/admin/keys", {"owner": "carol", "tier": "batch", "label": "a\x00b"}, "label"),
         ("post", "/api/admin/keys", {"owner": "car\x00ol", "tier": "batch"}, "owner"),
         ("post", "/api/admin/tiers", {"name": "x", "description": "\x00"}, "description"),

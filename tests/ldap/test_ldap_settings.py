@@ -24,23 +24,23 @@ def test_a_server_adds_the_backend_and_the_sync_and_the_bind_password_comes_from
     child = load_settings(
         "(settings.AUTHENTICATION_BACKENDS[-1], settings.GP_LDAP_BIND_PASSWORD, "
         "settings.CELERY_BEAT_SCHEDULE['sync-ldap-users']['schedule'])",
-        GP_LDAP_SERVER_URI="ldap://ldap.uni.example", GP_LDAP_BIND_DN="cn=portal,dc=uni,dc=example",
+        GP_LDAP_SERVER_URI="ldap://ldap.uni.invalid", GP_LDAP_BIND_DN="cn=portal,dc=uni,dc=example",
         GP_LDAP_BIND_PASSWORD_FILE=str(secret), GP_LDAP_SYNC_SECONDS="600", **BASES, **SECRET)
     assert child.stdout.strip() == "('fairness.portal.ldap_backend.DirectoryBackend', 'from-a-file', 600.0)", \
         child.stderr
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"GP_LDAP_SERVER_URI": "ldap.uni.example", **BASES}, "use ldap://host[:port]"),
-    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.example", "GP_LDAP_GROUP_SEARCH_BASE": "ou=groups"},
+    ({"GP_LDAP_SERVER_URI": "ldap.uni.invalid", **BASES}, "use ldap://host[:port]"),
+    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.invalid", "GP_LDAP_GROUP_SEARCH_BASE": "ou=groups"},
      "GP_LDAP_USER_SEARCH_BASE is not"),
-    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.example", "GP_LDAP_USER_SEARCH_BASE": "ou=people"},
+    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.invalid", "GP_LDAP_USER_SEARCH_BASE": "ou=people"},
      "GP_LDAP_GROUP_SEARCH_BASE is not"),
-    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.example", "GP_LDAP_USER_FILTER": "(uid=alice)", **BASES},
+    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.invalid", "GP_LDAP_USER_FILTER": "(uid=alice)", **BASES},
      "must contain %(user)s"),
-    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.example", "GP_LDAP_BIND_PASSWORD": "x", **BASES},
+    ({"GP_LDAP_SERVER_URI": "ldap://ldap.uni.invalid", "GP_LDAP_BIND_PASSWORD": "x", **BASES},
      "GP_LDAP_BIND_DN is not"),
-    ({"GP_LDAP_SERVER_URI": "ldaps://ldap.uni.example", "GP_LDAP_START_TLS": "true", **BASES},
+    ({"GP_LDAP_SERVER_URI": "ldaps://ldap.uni.invalid", "GP_LDAP_START_TLS": "true", **BASES},
      "ldaps:// is encrypted already"),
     ({"GP_LDAP_GROUP_TYPE": "groupOfUniqueNames"}, "use groupOfNames or posixGroup"),
     ({"GP_LDAP_TIMEOUT_SECONDS": "0"}, "must be more than 0"),

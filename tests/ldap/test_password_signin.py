@@ -17,7 +17,7 @@ pytestmark = needs_slapd
 User = get_user_model()
 
 
-def sign_in(username: str, password: str, address: str = "192.0.2.10"):
+def sign_in(username: str, password: str, address: str = "127.192.2.10"):
     """The password page's answer: a redirect when signed in, the form again when not."""
     client = Client(REMOTE_ADDR=address)
     response = client.post("/accounts/login/", {"username": username, "password": password})

@@ -250,7 +250,7 @@ async def test_a_client_that_falls_behind_pauses_the_engine_and_still_gets_it_al
 
 async def test_only_plain_http_engines_are_spoken_to():
     with pytest.raises(httpx.UnsupportedProtocol):
-        await post("https://engine.example")
+        await post("https://engine.invalid")
 
 
 @pytest.mark.parametrize(

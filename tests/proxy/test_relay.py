@@ -20,7 +20,7 @@ async def upstream_response() -> httpx.Response:
 
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=stream()))
     client = httpx.AsyncClient(transport=transport)
-    return await client.send(client.build_request("POST", "http://engine/v1/chat/completions"), stream=True)
+    return await client.send(client.build_request("POST", "http://engine.invalid/v1/chat/completions"), stream=True)
 
 
 async def test_it_passes_events_through_counts_them_and_drops_the_usage_it_asked_for():

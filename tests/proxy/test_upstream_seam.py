@@ -26,11 +26,11 @@ async def tls_engine():
 
 
 async def test_an_engine_behind_tls_is_reached_through_httpx(tls_engine):
-    target = dataclasses.replace(replica("tls", base_url="https://engine.internal:8443"), api_key="engine-secret")
+    target = dataclasses.replace(replica("tls", base_url="https://engine.invalid:8443"), api_key="engine-secret")
     answer = await engine_client.open_stream(target, "/v1/chat/completions", b"{}", "req-9")
     assert answer.status_code == 200 and await answer.aread() == b'{"ok": true}'
     (request,) = tls_engine
-    assert str(request.url) == "https://engine.internal:8443/v1/chat/completions"
+    assert str(request.url) == "https://engine.invalid:8443/v1/chat/completions"
     assert request.headers["authorization"] == "Bearer engine-secret"
     assert request.headers["x-request-id"] == "req-9"
     await engine_client.aclose()
@@ -61,7 +61,7 @@ async def test_a_tls_engines_answer_read_whole_is_capped_with_or_without_a_lengt
         return httpx.Response(200, content=b"x" * 4096)
 
     engine_client._clients[asyncio.get_running_loop()] = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-    target = replica("tls", base_url="https://engine.internal:8443")
+    target = replica("tls", base_url="https://engine.invalid:8443")
     for path in ("/announced", "/unannounced"):
         response = await engine_client.open_stream(target, path, b"{}", "req-1")
         with pytest.raises(ApiError) as refused:

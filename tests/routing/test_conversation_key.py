@@ -55,8 +55,8 @@ def test_an_image_part_distinguishes_conversations():
         ]
         return {"model": "m", "messages": [{"role": "user", "content": parts}]}
 
-    assert conversation_key(with_image("http://x/a.png")) != conversation_key(
-        with_image("http://x/b.png")
+    assert conversation_key(with_image("http://x.invalid/a.png")) != conversation_key(
+        with_image("http://x.invalid/b.png")
     )
 
 

@@ -6,7 +6,7 @@ from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo, deploym
 
 
 def replica(name: str, *tiers: str, model: str = "m") -> ReplicaInfo:
-    return ReplicaInfo(id=0, name=name, base_url=f"http://{name}", model=model, engine_kind="vllm",
+    return ReplicaInfo(id=0, name=name, base_url=f"http://{name}.invalid", model=model, engine_kind="vllm",
                        max_num_seqs=8, priority_policy=False, api_key="", tiers=frozenset(tiers))
 
 

@@ -20,7 +20,7 @@ from tests.conftest import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FORGED = "198.51.100.7"
+FORGED = "127.198.100.7"
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +39,10 @@ def _any_key_names(client: redis.Redis, address: str) -> bool:
 
 
 def test_a_forged_forwarded_for_is_counted_and_audited_under_the_real_address(redis_client, staff_client, staff):
-    wrong = Client(REMOTE_ADDR="10.0.0.9").post("/accounts/login/", {"username": "sam", "password": "x"},
+    wrong = Client(REMOTE_ADDR="127.10.0.9").post("/accounts/login/", {"username": "sam", "password": "x"},
                                                  HTTP_X_FORWARDED_FOR=FORGED)
     assert wrong.status_code == 200
-    assert _counted(redis_client, "10.0.0.9") == 1
+    assert _counted(redis_client, "127.10.0.9") == 1
     assert not _any_key_names(redis_client, FORGED)
 
     staff_client.post("/staff/users/new/", {"username": "dora"}, HTTP_X_FORWARDED_FOR=FORGED)
@@ -60,13 +60,13 @@ def test_behind_a_trusted_proxy_the_address_it_appended_counts_not_the_one_the_c
         gateway, redis_client, staff):
     # The session gateway is uvicorn with its default --forwarded-allow-ips (127.0.0.1): this test
     # is the proxy. The client wrote FORGED; the proxy appended the address it saw.
-    proxied = {"X-Forwarded-For": f"{FORGED}, 203.0.113.9"}
+    proxied = {"X-Forwarded-For": f"{FORGED}, 127.203.113.9"}
     with httpx.Client(base_url=gateway.url, headers=proxied) as browser:
         form = browser.get("/accounts/login/")
         wrong = browser.post("/accounts/login/", data={"username": "sam", "password": "x",
                                                        "csrfmiddlewaretoken": _csrf(form)})
         assert wrong.status_code == 200
-        assert _counted(redis_client, "203.0.113.9") == 1
+        assert _counted(redis_client, "127.203.113.9") == 1
         assert not _any_key_names(redis_client, FORGED)
 
         form = browser.get("/accounts/login/")
@@ -76,4 +76,4 @@ def test_behind_a_trusted_proxy_the_address_it_appended_counts_not_the_one_the_c
         page = browser.get("/staff/users/new/")
         browser.post("/staff/users/new/", data={"username": "dora", "csrfmiddlewaretoken": _csrf(page)})
     assert get_user_model().objects.filter(username="dora").exists()
-    assert AuditEntry.objects.get(action="user.create").ip == "203.0.113.9"
+    assert AuditEntry.objects.get(action="user.create").ip == "127.203.113.9"

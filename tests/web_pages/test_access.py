@@ -47,7 +47,7 @@ OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/"]
 
 @pytest.fixture
 def things(cast) -> dict[str, object]:
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="m")
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="m")
     alert = SaturationAlert.objects.create(model="m", kind="queue", opened_at=timezone.now(),
                                            figures={"waiting": 40, "running": 8, "ratio": 5.0})
     return {"prefix": ApiKey.objects.get(pk=cast["bob"].key_id).prefix, "alert": alert.pk}

@@ -16,7 +16,7 @@ MODELS = ["tier", "apikey", "replica", "saturationalert", "auditentry", "adminto
 
 @pytest.fixture
 def admin_client(cast) -> Client:
-    client = Client(REMOTE_ADDR="10.0.0.8")
+    client = Client(REMOTE_ADDR="127.10.0.8")
     client.force_login(get_user_model().objects.create_superuser("root", password="a long root password"))
     return client
 
@@ -44,7 +44,7 @@ def test_the_revoke_action_revokes_and_audits(admin_client, cast):
     key.refresh_from_db()
     assert key.revoked_at is not None
     entry = AuditEntry.objects.get(action="key.revoke")
-    assert (entry.target, entry.actor_name, entry.ip) == (key.prefix, "root", "10.0.0.8")
+    assert (entry.target, entry.actor_name, entry.ip) == (key.prefix, "root", "127.10.0.8")
 
 
 def replica_fields(replica: Replica, **changes) -> dict:
@@ -55,8 +55,8 @@ def replica_fields(replica: Replica, **changes) -> dict:
 
 
 def test_editing_a_replica_keeps_its_engine_key_and_refuses_overlapping_deployments(admin_client, tiers):
-    gpu0 = Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", api_key="engine-key")
-    gpu1 = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model="other")
+    gpu0 = Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", api_key="engine-key")
+    gpu1 = Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model="other")
     gpu1.tiers.set([tiers["batch"]])
 
     page = admin_client.get(f"/admin/fairness/replica/{gpu0.pk}/change/").content.decode()
@@ -66,7 +66,7 @@ def test_editing_a_replica_keeps_its_engine_key_and_refuses_overlapping_deployme
     gpu0.refresh_from_db()
     assert (gpu0.max_num_seqs, gpu0.api_key) == (16, "engine-key")
     entry = AuditEntry.objects.get(action="replica.update", target="gpu0")
-    assert (entry.actor_name, entry.ip, entry.detail) == ("root", "10.0.0.8", {"max_num_seqs": 16, "tiers": []})
+    assert (entry.actor_name, entry.ip, entry.detail) == ("root", "127.10.0.8", {"max_num_seqs": 16, "tiers": []})
 
     moved = admin_client.post(f"/admin/fairness/replica/{gpu1.pk}/change/",
                               replica_fields(gpu1, model="tiny", tiers=[tiers["batch"].pk]))

@@ -21,7 +21,7 @@ FORMS = ["/staff/keys/issue/", "/staff/keys/{prefix}/rotate/", "/staff/users/new
 
 @pytest.fixture
 def prefix(cast) -> str:
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="m")
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="m")
     return ApiKey.objects.get(pk=cast["bob"].key_id).prefix
 
 

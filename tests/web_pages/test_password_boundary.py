@@ -55,11 +55,11 @@ def test_staff_cannot_set_the_password_of_staff_or_of_anyone_who_has_one(staff, 
 def test_the_action_itself_refuses_and_audits_whoever_calls_it(staff):
     root = _people()["root"]
     with pytest.raises(PermissionDenied):
-        actions.set_password(actions.Actor(staff, "10.0.0.9"), root, NEW["new_password1"])
+        actions.set_password(actions.Actor(staff, "127.10.0.9"), root, NEW["new_password1"])
     root.refresh_from_db()
     assert root.check_password("the root password")
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.target, entry.ip) == ("user.password.refused", "root", "10.0.0.9")
+    assert (entry.action, entry.target, entry.ip) == ("user.password.refused", "root", "127.10.0.9")
 
 
 def test_staff_set_a_first_password_for_a_researcher_created_without_one(staff, staff_client):
@@ -80,13 +80,13 @@ def test_staff_set_a_first_password_for_a_researcher_created_without_one(staff, 
 
 def test_a_superuser_may_set_the_password_of_staff(staff):
     people = _people()
-    client = Client(REMOTE_ADDR="10.0.0.8")
+    client = Client(REMOTE_ADDR="127.10.0.8")
     client.force_login(people["root"])
     response = client.post("/staff/users/tess/password/", NEW)
     assert response.status_code == 302
     assert Client().login(username="tess", password=NEW["new_password1"])
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.target, entry.actor_name, entry.ip) == ("user.password", "tess", "root", "10.0.0.8")
+    assert (entry.action, entry.target, entry.actor_name, entry.ip) == ("user.password", "tess", "root", "127.10.0.8")
 
 
 def test_staff_creating_staff_are_not_sent_to_a_password_page_they_cannot_use(staff_client):

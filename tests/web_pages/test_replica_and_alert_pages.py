@@ -38,9 +38,9 @@ def test_replica_form_errors_name_the_field(staff_client, tiers):
 
 
 def test_the_list_shows_health_load_and_the_last_poll(staff_client, redis_client, tiers):
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
-    Replica.objects.create(name="gpu9", base_url="http://10.1.2.9:8000", model="tiny")
-    Replica.objects.create(name="gpu5", base_url="http://10.1.2.5:8000", model="tiny")
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", max_num_seqs=8)
+    Replica.objects.create(name="gpu9", base_url="http://127.11.2.9:9", model="tiny")
+    Replica.objects.create(name="gpu5", base_url="http://127.11.2.5:9", model="tiny")
     now = time.time()
     redis_client.hset(TELEMETRY_LATEST, "gpu0", json.dumps({
         "name": "gpu0", "healthy": True, "error": "", "taken_at": now - 3,
@@ -59,7 +59,7 @@ def test_the_list_shows_health_load_and_the_last_poll(staff_client, redis_client
 
 
 def test_drain_disable_and_enable(staff_client, tiers):
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny")
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny")
     states = []
     for state in ("drain", "disable", "enable"):
         assert staff_client.post(f"/staff/replicas/gpu0/{state}/").status_code == 302
@@ -87,7 +87,7 @@ def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
     from fairness.portal.actions import Actor, audit
 
     for n in range(120):
-        audit(Actor(staff, "10.0.0.1"), "tier.update", f"t{n}")
+        audit(Actor(staff, "127.10.0.1"), "tier.update", f"t{n}")
     first = staff_client.get("/staff/audit/")
     assert len(first.context["page"].object_list) == 100 and "Older" in first.content.decode()
     assert "t119" in first.content.decode() and "t0<" not in first.content.decode()
@@ -96,7 +96,7 @@ def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
 
 
 def test_a_replica_whose_slots_two_deployments_would_count_is_refused(staff_client, tiers):
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", max_num_seqs=8)
     fields = {"name": "gpu1", "base_url": f"http://127.0.0.1:{free_port()}", "model": "tiny", "engine_kind": "vllm",
               "max_num_seqs": 8, "scheduling_policy": "fcfs", "tiers": [tiers["batch"].pk]}
 
@@ -110,8 +110,8 @@ def test_a_replica_whose_slots_two_deployments_would_count_is_refused(staff_clie
 
 
 def test_enabling_a_replica_that_would_overlap_leaves_it_disabled(staff_client, tiers):
-    Replica.objects.create(name="gpu0", base_url="http://10.1.2.3:8000", model="tiny", max_num_seqs=8)
-    spare = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model="tiny", enabled=False)
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", max_num_seqs=8)
+    spare = Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model="tiny", enabled=False)
     spare.tiers.set([tiers["batch"]])
 
     page = staff_client.post("/staff/replicas/gpu1/enable/", follow=True).content.decode()

@@ -69,7 +69,7 @@ def test_editing_the_address_probes_it_again(staff_client, tiers, sim):
 
 
 def test_deleting_asks_first_then_deletes_and_audits(staff_client, tiers):
-    replica = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model=MODEL)
+    replica = Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model=MODEL)
     EngineSample.objects.create(replica=replica, taken_at=timezone.now())
     question = staff_client.get("/staff/replicas/gpu1/delete/")
     assert "Delete replica gpu1?" in question.content.decode()
@@ -78,11 +78,11 @@ def test_deleting_asks_first_then_deletes_and_audits(staff_client, tiers):
     staff_client.post("/staff/replicas/gpu1/delete/")
     assert not Replica.objects.filter(name="gpu1").exists() and not EngineSample.objects.exists()
     entry = AuditEntry.objects.get(action="replica.delete")
-    assert (entry.target, entry.detail) == ("gpu1", {"base_url": "http://10.1.2.4:8000"})
+    assert (entry.target, entry.detail) == ("gpu1", {"base_url": "http://127.11.2.4:9"})
 
 
 def test_disable_asks_first_like_revoke(staff_client, tiers):
-    Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model=MODEL)
+    Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model=MODEL)
     listing = staff_client.get("/staff/replicas/").content.decode()
     assert '<a class="danger" href="/staff/replicas/gpu1/disable/">Disable' in listing  # a link, not a button
     question = staff_client.get("/staff/replicas/gpu1/disable/").content.decode()
@@ -94,7 +94,7 @@ def test_disable_asks_first_like_revoke(staff_client, tiers):
 
 
 def test_a_draining_replica_offers_stop_draining(staff_client, tiers):
-    Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model=MODEL, draining=True)
+    Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model=MODEL, draining=True)
     listing = staff_client.get("/staff/replicas/").content.decode()
     assert "Stop draining" in listing
     response = staff_client.post("/staff/replicas/gpu1/enable/", follow=True)
@@ -103,7 +103,7 @@ def test_a_draining_replica_offers_stop_draining(staff_client, tiers):
 
 
 def test_a_disabled_replica_shows_its_last_verdict(staff_client, tiers):
-    replica = Replica.objects.create(name="gpu1", base_url="http://10.1.2.4:8000", model=MODEL, enabled=False)
+    replica = Replica.objects.create(name="gpu1", base_url="http://127.11.2.4:9", model=MODEL, enabled=False)
     never = staff_client.get("/staff/replicas/").content.decode()
     assert "never polled" in never and "not polled yet" not in never
     EngineSample.objects.create(replica=replica, taken_at=timezone.now() - dt.timedelta(minutes=5), healthy=True)

@@ -28,8 +28,8 @@ def test_it_lists_open_alerts_down_replicas_and_keys_expiring_within_a_week(staf
     open_alert = SaturationAlert.objects.create(model="tiny", kind="queue", opened_at=now, figures={})
     SaturationAlert.objects.create(model="other-model", kind="kv", opened_at=now - dt.timedelta(hours=2),
                                    resolved_at=now - dt.timedelta(hours=1), figures={})
-    down = Replica.objects.create(name="gpu-down", base_url="http://10.9.9.9:8000", model="tiny")
-    Replica.objects.create(name="gpu-off", base_url="http://10.9.9.7:8000", model="tiny", enabled=False)
+    down = Replica.objects.create(name="gpu-down", base_url="http://127.19.9.9:9", model="tiny")
+    Replica.objects.create(name="gpu-off", base_url="http://127.19.9.7:9", model="tiny", enabled=False)
     redis_client.set(keyspace.health_verdict(down.name, down.base_url), "down")
     soon = ApiKey.objects.get(pk=cast["alice"].key_id)
     soon.expires_at = now + dt.timedelta(days=6)
@@ -52,7 +52,7 @@ def test_it_lists_open_alerts_down_replicas_and_keys_expiring_within_a_week(staf
 
 
 def test_a_replica_whose_last_poll_failed_counts_as_down(cast):
-    Replica.objects.create(name="gpu0", base_url="http://10.9.9.9:8000", model="tiny")
+    Replica.objects.create(name="gpu0", base_url="http://127.19.9.9:9", model="tiny")
     readings = {"gpu0": {"name": "gpu0", "healthy": False, "error": "The engine (gpu0) is unreachable."}}
     found = attention(timezone.now(), readings, {"groups": {}, "tiers": {}, "keys": {}, "replicas": {},
                                                  "longest_wait": 0.0})
