@@ -124,6 +124,8 @@ class Demand:
     # A borrower whose work can be redone (a batch runner's line): it may borrow the reserve too,
     # and is asked to give the slot back (Admission.on_revoke) when an eligible request finds none.
     revocable: bool = False
+    # Requests the tier lets wait across all its keys (None: no bound but the deployment's).
+    max_queued_per_tier: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,33 @@ class AdmissionRefused(Exception):
 
 
 class QueueFull(AdmissionRefused):
-    """The key already has ``max_queued_per_key`` requests waiting. ``retry_after``: when its
-    oldest waiting request must have left the queue (granted or timed out), at most 30 s."""
+    """The queue is full for this request: its key already has ``max_queued_per_key`` requests
+    waiting, its tier ``max_queued_per_tier``, or the deployment its ``max_queued_total``
+    (``bound``: "key", "tier" or "total"). ``retry_after``: when the oldest of those waiting
+    requests must have left the queue (granted or timed out), at most 30 s."""
+
+    def __init__(self, message: str, retry_after: int, bound: str) -> None:
+        super().__init__(message, retry_after)
+        self.bound = bound
+
+
+def _plural(n: int) -> str:
+    return f"{n} request{'' if n == 1 else 's'}"
+
+
+def _queue_full(demand: Demand, total: int | None, bound: str, retry_after: int) -> QueueFull:
+    if bound == "total":
+        message = (f"The gateway already has {_plural(total or 0)} waiting, the most it queues at "
+                   "once for everyone; retry shortly.")
+    elif bound == "tier":
+        message = (f"The {demand.tier} tier already has {_plural(demand.max_queued_per_tier or 0)} waiting "
+                   "across its keys, the most it allows to queue at once; retry when one of them has started.")
+    elif demand.max_queued_per_key:
+        message = (f"This key already has {_plural(demand.max_queued_per_key)} waiting, the most its "
+                   "tier allows to queue at once; retry when one of them has started.")
+    else:
+        message = "No slot is free and this key's tier does not let requests wait; retry shortly."
+    return QueueFull(message, min(_MAX_RETRY_AFTER, retry_after), bound)
 
 
 class BudgetExceeded(AdmissionRefused):
@@ -211,7 +238,8 @@ def _check(demand: Demand) -> None:
     for name in (demand.key_id, demand.tier, demand.group):
         if not name or "|" in name:
             raise ValueError(f"admission names must be non-empty and without '|': {name!r}")
-    if demand.per_key_cap < 0 or demand.max_queued_per_key < 0 or demand.max_wait_seconds < 0:
+    tier_bound = demand.max_queued_per_tier
+    if min(demand.per_key_cap, demand.max_queued_per_key, demand.max_wait_seconds, tier_bound or 0) < 0:
         raise ValueError(f"negative limit in {demand!r}")
 
 
@@ -241,6 +269,7 @@ class Admission:
         routing_floor: float = 0.375,
         on_unknown_group: Callable[[], Awaitable[None]] | None = None,
         half_life_seconds: float = 168 * 3600.0,
+        max_queued_total: int | None = None,
     ) -> None:
         if not 0 < recheck_seconds <= lease_ttl / 3:
             # Waiting tickets are heartbeated every recheck; they must not expire in between.
@@ -254,6 +283,11 @@ class Admission:
         self._recheck = recheck_seconds
         self._routing = f"{routing_epsilon!r}|{routing_floor!r}"
         self._half_life = repr(float(half_life_seconds))
+        # Requests waiting in the whole namespace (every gateway process, tier and model): each
+        # holds a client connection, so this keeps them below the connections a gateway takes.
+        if max_queued_total is not None and max_queued_total < 0:
+            raise ValueError("max_queued_total must be at least 0")
+        self._max_queued_total = max_queued_total
         # Redis lost the capacities (restarted empty): this states them again, then acquire retries.
         self._on_unknown_group = on_unknown_group
         # Called with a lease id when admission asks a revocable lease of this process back.
@@ -308,8 +342,9 @@ class Admission:
 
     async def acquire(self, demand: Demand) -> Grant:
         """Wait for a lease on one of the group's replicas. Cancelling the caller removes its
-        ticket at once (or releases the lease it was granted meanwhile). Raises QueueFull or
-        QueueTimeout."""
+        ticket at once (or releases the lease it was granted meanwhile). Raises QueueFull (its
+        key's, its tier's or the deployment's queue is full), QueueTimeout, BudgetExceeded or
+        RateLimited."""
         _check(demand)
         return await self._wait_for_lease(demand, uuid.uuid4().hex, self._clock(), moving=False)
 
@@ -327,7 +362,7 @@ class Admission:
     ) -> Grant:
         await self._ensure_listener()
         deadline = self._clock() + demand.max_wait_seconds
-        max_queued = -1 if moving else demand.max_queued_per_key  # a moved request was admitted
+        bounded = not moving  # a moved request was admitted: no queue bound refuses it now
         preference = ",".join(demand.preference)
         stated = False  # whether the group's capacity was stated again during this call
         in_redis = False
@@ -340,12 +375,14 @@ class Admission:
                 reply = await self._call(
                     "acquire", handle, demand.key_id, demand.tier, demand.group,
                     demand.per_key_cap, "" if demand.pool_cap is None else demand.pool_cap,
-                    demand.head_start_seconds, int(demand.borrow), max_queued, enqueued_at,
+                    demand.head_start_seconds, int(demand.borrow),
+                    demand.max_queued_per_key if bounded else -1, enqueued_at,
                     deadline, self._channel, preference, demand.avoid, int(moving),
                     int(self._on_unknown_group is not None and not stated),
                     demand.association, repr(float(demand.share)), demand.fairshare_weight,
                     self._half_life, demand.estimate, budget_spec(demand.budgets, self._clock()),
                     rate_spec(demand.rate_limits), int(demand.revocable and demand.borrow),
+                    *self._queue_bounds(demand, bounded),
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -363,14 +400,7 @@ class Admission:
                     break
                 if state == -1:
                     in_redis = False
-                    raise QueueFull(
-                        f"This key already has {demand.max_queued_per_key} "
-                        f"request{'' if demand.max_queued_per_key == 1 else 's'} waiting, the most "
-                        f"its tier allows to queue at once; retry when one of them has started."
-                        if demand.max_queued_per_key else
-                        "No slot is free and this key's tier does not let requests wait; retry shortly.",
-                        min(_MAX_RETRY_AFTER, int(reply[1])),
-                    )
+                    raise _queue_full(demand, self._max_queued_total, text(reply[2]), int(reply[1]))
                 self._queued.add(handle)
                 self._wake_keeper(sooner=len(self._queued) == 1)
                 self._upkeep_after_hold(float(text(reply[2])) if len(reply) > 2 else 0.0)
@@ -385,7 +415,7 @@ class Admission:
                 if waited.granted:
                     turn = waited
                     break
-                max_queued = -1  # our own ticket expired under us: queue again, same place in line
+                bounded = False  # our own ticket expired under us: queue again, same place in line
         except BaseException:
             self._forget(handle)
             if in_redis:
@@ -399,6 +429,13 @@ class Admission:
         self._held[handle] = grant
         self._wake_keeper()
         return grant
+
+    def _queue_bounds(self, demand: Demand, bounded: bool) -> tuple[int, int]:
+        """acquire's tier and total bounds (-1: none)."""
+        if not bounded:
+            return -1, -1
+        tier, total = demand.max_queued_per_tier, self._max_queued_total
+        return (-1 if tier is None else tier), (-1 if total is None else total)
 
     async def renew(self, grant: Grant) -> bool:
         """Push the lease's expiry out by one TTL (the keeper does this for every held lease);

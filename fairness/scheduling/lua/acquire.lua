@@ -15,6 +15,8 @@
 --          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
 -- ARGV[28] 1 = revocable: a borrowed grant may take the reserve but a spare slot, and is asked
 --          back when needed (lib.lua)
+-- ARGV[29] max queued in the pool (tier) across its keys (-1 = no limit)
+-- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
 -- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left}  granted now (no message is
 --                                              published); budget left: the least any of its
 --                                              budgets has left after its reservation, or ''
@@ -22,7 +24,8 @@
 --                                              the group grants nothing (a restart), else 0
 --          {-3, index}                         its index-th budget is used up
 --          {-4, index, seconds}                its index-th rate limit refuses it for that long
---          {-1, retry_after_seconds}           the key already has max queued tickets
+--          {-1, retry_after_seconds, bound}    the key ('key'), its tier ('tier') or everyone
+--                                              ('total') already has max queued tickets
 --          {-2}                                the group's capacity is unknown: state it, call again
 local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
@@ -100,17 +103,49 @@ if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
   end
 end
 
+-- A full queue: a place in it is free at the latest when its oldest ticket must leave (`soonest`:
+-- that ticket's deadline).
+local function full(soonest, bound)
+  return {-1, math.max(1, math.ceil((soonest or NOW) - NOW)), bound}
+end
+local function deadline_of(handle)
+  return handle and num(redis.call('HGET', NS .. 't:' .. handle, 'deadline')) or nil
+end
+local function earlier(a, b)
+  if a == nil or (b ~= nil and b < a) then return b end
+  return a
+end
+-- The deadline of the oldest ticket of each pool (a pool's tickets share one longest wait).
+local function soonest_in_pools(pools)
+  local soonest = nil
+  for _, p in ipairs(pools) do
+    soonest = earlier(soonest, deadline_of(redis.call('ZRANGE', NS .. 'pe:' .. p, 0, 0)[1]))
+  end
+  return soonest
+end
+
 if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued then
-  -- A place in this key's queue is free at the latest when its oldest ticket must leave.
   local soonest = nil
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local member = head(NS .. 'q:' .. key .. '|' .. pg)
-    if member then
-      local d = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'deadline'))
-      if soonest == nil or d < soonest then soonest = d end
-    end
+    if member then soonest = earlier(soonest, deadline_of(string.sub(member, 18))) end
   end
-  return {-1, math.max(1, math.ceil((soonest or NOW) - NOW))}
+  return full(soonest, 'key')
+end
+-- One key's bound does not stop many keys of a tier, nor many tiers, from holding more waiting
+-- requests (each one an open connection) than the gateway has connections.
+local tier_max, total_max = tonumber(ARGV[29]), tonumber(ARGV[30])
+if tier_max >= 0 and num(redis.call('HGET', NS .. 'pq', pool)) >= tier_max then
+  return full(soonest_in_pools({pool}), 'tier')
+end
+if total_max >= 0 then
+  local waiting, pools = 0, {}
+  local counts = redis.call('HGETALL', NS .. 'pq')
+  for i = 1, #counts, 2 do
+    pools[#pools + 1] = counts[i]
+    waiting = waiting + num(counts[i + 1])
+  end
+  if waiting >= total_max then return full(soonest_in_pools(pools), 'total') end
 end
 
 local left = admit_limits()
