@@ -56,6 +56,13 @@ class Tier(models.Model):
     )
     max_queue_wait_seconds = models.FloatField(default=300.0, validators=[MinValueValidator(0.0)])
     max_queued_per_key = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1)])
+    max_queued = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Requests waiting across all keys of this tier; one more gets 429 at once. Empty "
+        "for no tier bound (the gateway's GP_MAX_QUEUED_TOTAL still applies).",
+    )
     engine_priority = models.IntegerField(
         default=0,
         help_text="Lower runs first: sent with each request to replicas that schedule by priority "

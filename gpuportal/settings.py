@@ -367,6 +367,13 @@ GP_SHUTDOWN_GRACE_SECONDS = envfloat("GP_SHUTDOWN_GRACE_SECONDS", 30.0)
 # ever waiting for a borrowed slot (bench/fairness.py: with 2, a third concurrent chat waited for a
 # batch request to end about one time in twenty) at about a tenth of the batch job's throughput.
 GP_RESERVE_SLOTS = envint("GP_RESERVE_SLOTS", 3)
+# Requests waiting in admission's queue, all tiers and gateway processes together; one more gets
+# 429 queue_full at once. Each one waiting holds its connection open in the worker serving it, and
+# a worker serves 1024 at most (uvicorn's --limit-concurrency; 503 beyond): at 512, queued requests
+# landing all on one worker still leave it half of that for those running and everyone else.
+GP_MAX_QUEUED_TOTAL = envint("GP_MAX_QUEUED_TOTAL", 512)
+if GP_MAX_QUEUED_TOTAL < 0:
+    raise ImproperlyConfigured("GP_MAX_QUEUED_TOTAL must be at least 0.")
 GP_ROUTING_EPSILON = envfloat("GP_ROUTING_EPSILON", 0.25)
 # Below this share of a replica's slots the load bound is not applied (keep the prefix cache).
 GP_ROUTING_BOUND_FLOOR = envfloat("GP_ROUTING_BOUND_FLOOR", 0.375)

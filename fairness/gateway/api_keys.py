@@ -36,6 +36,7 @@ class TierPolicy:
     head_start_seconds: float
     max_queue_wait_seconds: float
     max_queued_per_key: int
+    max_queued: int | None
     engine_priority: int
     borrow_idle_slots: bool
     isolate_prefix_cache: bool
@@ -50,6 +51,7 @@ class TierPolicy:
             head_start_seconds=tier.head_start_seconds,
             max_queue_wait_seconds=tier.max_queue_wait_seconds,
             max_queued_per_key=tier.max_queued_per_key,
+            max_queued=tier.max_queued,
             engine_priority=tier.engine_priority,
             borrow_idle_slots=tier.borrow_idle_slots,
             isolate_prefix_cache=tier.isolate_prefix_cache,

@@ -51,6 +51,7 @@ def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = (), estima
         head_start_seconds=tier.head_start_seconds,
         borrow=tier.borrow_idle_slots,
         max_queued_per_key=tier.max_queued_per_key,
+        max_queued_per_tier=tier.max_queued,
         max_wait_seconds=tier.max_queue_wait_seconds,
         group=group,
         preference=preference,
@@ -93,8 +94,8 @@ class RequestLifecycle:
         self._closed = False
 
     async def admit(self, demand: Demand) -> Grant:
-        """Wait for a turn in the ageing queue and a slot on a replica; 429 when the key queues
-        too much or too long."""
+        """Wait for a turn in the ageing queue and a slot on a replica; 429 when the key, its tier
+        or the whole deployment queues too much, or it waits too long."""
         try:
             self.grant = await self.runtime.admission.acquire(demand)
         except QueueFull as exc:

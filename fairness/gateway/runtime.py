@@ -47,6 +47,7 @@ class RuntimeSettings:
     health_timeout: float
     health_cooldown: float
     fairshare_half_life_seconds: float = 168 * 3600.0
+    max_queued_total: int | None = None
 
     @classmethod
     def from_django(cls) -> RuntimeSettings:
@@ -61,6 +62,7 @@ class RuntimeSettings:
             health_timeout=settings.GP_HEALTH_TIMEOUT_SECONDS,
             health_cooldown=settings.GP_HEALTH_COOLDOWN_SECONDS,
             fairshare_half_life_seconds=settings.GP_FAIRSHARE_HALF_LIFE_HOURS * 3600,
+            max_queued_total=settings.GP_MAX_QUEUED_TOTAL,
         )
 
 
@@ -81,7 +83,7 @@ class GatewayRuntime:
             client, lane=self.lane, lease_ttl=ttl, reserve_slots=config.reserve_slots,
             recheck_seconds=min(1.0, ttl / 3), routing_epsilon=config.routing_epsilon,
             routing_floor=config.routing_bound_floor, on_unknown_group=self.restate_capacity,
-            half_life_seconds=config.fairshare_half_life_seconds,
+            half_life_seconds=config.fairshare_half_life_seconds, max_queued_total=config.max_queued_total,
         )  # fmt: skip
         # Usage events Redis could not take yet, or might lose if it restarts empty.
         self.usage_outbox = UsageOutbox(self.lane, admission=self.admission)

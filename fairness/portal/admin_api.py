@@ -241,6 +241,8 @@ class TierSchema(Input):
     head_start_seconds: float = Field(0.0, ge=0, le=86_400 * 7)
     max_queue_wait_seconds: float = Field(300.0, ge=0, le=86_400)
     max_queued_per_key: int = Field(64, ge=1, le=100_000)
+    max_queued: int | None = Field(None, ge=1, le=100_000, description="Requests waiting across all its "
+                                   "keys; null for no tier bound (GP_MAX_QUEUED_TOTAL still applies).")
     engine_priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool = False
     isolate_prefix_cache: bool = Field(
@@ -262,6 +264,8 @@ class TierPatch(Input):
     head_start_seconds: float | None = Field(None, ge=0, le=86_400 * 7)
     max_queue_wait_seconds: float | None = Field(None, ge=0, le=86_400)
     max_queued_per_key: int | None = Field(None, ge=1, le=100_000)
+    max_queued: int | None = Field(None, ge=1, le=100_000)
+    clear_max_queued: bool = False
     engine_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool | None = None
     isolate_prefix_cache: bool | None = None
@@ -298,7 +302,7 @@ def create_tier(request, data: TierSchema):
 @router.patch("/tiers/{name}", response=TierSchema, summary="Edit a tier; new requests follow at once")
 def update_tier(request, name: str, data: TierPatch):
     tier = get_object_or_404(Tier, name=name)
-    clears = {"clear_pool": "pool_concurrency", "clear_max_key_days": "max_key_days"}
+    clears = {"clear_pool": "pool_concurrency", "clear_max_key_days": "max_key_days", "clear_max_queued": "max_queued"}
     changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k not in clears and v is not None}
     for field, value in changed.items():
         setattr(tier, field, value)

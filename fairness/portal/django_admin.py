@@ -66,7 +66,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(Tier)
 class TierAdmin(admin.ModelAdmin):
     list_display = ["name", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
-                    "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots"]
+                    "max_queue_wait_seconds", "max_queued_per_key", "max_queued", "engine_priority",
+                    "borrow_idle_slots"]
 
 
 @admin.register(Account)

@@ -266,8 +266,8 @@ class TierForm(NoColon, forms.ModelForm):
         model = Tier
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
-            "max_queue_wait_seconds", "max_queued_per_key", "engine_priority", "borrow_idle_slots",
-            "isolate_prefix_cache", "allowed_models", "self_service_keys", "max_key_days",
+            "max_queue_wait_seconds", "max_queued_per_key", "max_queued", "engine_priority",
+            "borrow_idle_slots", "isolate_prefix_cache", "allowed_models", "self_service_keys", "max_key_days",
         ]
         labels = {
             "per_key_concurrency": "Requests at once per key",
@@ -275,6 +275,7 @@ class TierForm(NoColon, forms.ModelForm):
             "head_start_seconds": "Head start (seconds)",
             "max_queue_wait_seconds": "Longest queue wait (seconds)",
             "max_queued_per_key": "Queued requests per key",
+            "max_queued": "Queued requests across the tier",
             "engine_priority": "Engine priority (lower runs first)",
             "borrow_idle_slots": "May borrow idle slots",
             "isolate_prefix_cache": "Keep each user's prefix cache apart",

@@ -55,8 +55,9 @@ def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
             f"always leaving {_slots(reserve)} free for others; borrowed slots come back as "
             "those requests finish."
         )
+    across = f", {_requests(tier.max_queued)} across all {tier.name} keys" if tier.max_queued else ""
     sentences.append(
-        f"Up to {_requests(tier.max_queued_per_key)} per key may wait; "
+        f"Up to {_requests(tier.max_queued_per_key)} per key may wait{across}; "
         "one more is refused at once with 429 (Too Many Requests)."
     )
     sentences.append(

@@ -46,6 +46,7 @@ def test_rotation_with_grace_keeps_the_old_key_until_then(staff_client, cast):
         ("/api/admin/tiers", {"name": "x", "per_key_concurrency": 0}, "per_key_concurrency"),
         ("/api/admin/tiers", {"name": "x", "per_key_concurrency": 4, "pool_concurrency": 2}, "pool_concurrency"),
         ("/api/admin/tiers", {"name": "x", "head_start_seconds": -1}, "head_start_seconds"),
+        ("/api/admin/tiers", {"name": "x", "max_queued": 0}, "max_queued"),
         ("/api/admin/users", {"username": "has space"}, "username"),
         ("/api/admin/replicas", {"name": "r", "base_url": "not a url", "model": "m"}, "base_url"),
     ],
@@ -66,6 +67,22 @@ def test_a_tier_edit_is_audited_and_validated_as_a_whole(staff_client, cast):
     assert Tier.objects.get(name="batch").pool_concurrency == 4
     entry = AuditEntry.objects.get(action="tier.update")
     assert entry.detail == {"pool_concurrency": 4}
+
+
+def test_a_tiers_queue_bound_is_set_changed_and_cleared_through_the_api(staff_client, cast):
+    created = post(staff_client, "/api/admin/tiers", {"name": "gold", "max_queued": 40})
+    assert created.status_code == 201 and created.json()["max_queued"] == 40
+    assert post(staff_client, "/api/admin/tiers", {"name": "lead"}).json()["max_queued"] is None
+
+    def patch(body):
+        return staff_client.patch("/api/admin/tiers/gold", data=json.dumps(body), content_type="application/json")
+
+    assert patch({"max_queued": 0}).status_code == 422
+    assert patch({"max_queued": 80}).json()["max_queued"] == 80
+    assert patch({"clear_max_queued": True}).json()["max_queued"] is None
+    assert Tier.objects.get(name="gold").max_queued is None
+    assert [e.detail for e in AuditEntry.objects.filter(action="tier.update").order_by("pk")] == [
+        {"max_queued": 80}, {"max_queued": None}]
 
 
 def test_unknown_things_are_404(staff_client, cast):

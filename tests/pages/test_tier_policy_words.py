@@ -31,9 +31,9 @@ def test_interactive_has_no_pool_and_no_borrowing() -> None:
 
 
 def test_it_names_both_queue_limits_that_answer_429() -> None:
-    words = in_words(_tier("batch", max_queued_per_key=1024, max_queue_wait_seconds=3600))
-    assert "Up to 1,024 requests per key may wait; one more is refused at once with 429 " \
-        "(Too Many Requests)." in words
+    words = in_words(_tier("batch", max_queued_per_key=1024, max_queued=256, max_queue_wait_seconds=3600))
+    assert "Up to 1,024 requests per key may wait, 256 requests across all batch keys; one more is " \
+        "refused at once with 429 (Too Many Requests)." in words
     assert "A request that has waited 1 hour without starting is refused with 429." in words
     interactive = in_words(_tier("interactive"))
     assert "Up to 16 requests per key may wait; one more is refused at once with 429 " \

@@ -73,12 +73,25 @@ def test_a_new_tier_is_created_from_the_form(staff_client, cast):
     assert "<li>Each key runs up to 4 requests at a time.</li><li>All gold keys together run up to 8 requests" in html
 
 
+def test_a_tier_bound_on_its_queue_is_set_on_the_form_and_said_in_its_policy(staff_client, cast):
+    response = staff_client.post("/staff/tiers/new/", {**TIER, "max_queued": 100})
+    assert response.status_code == 302
+    assert Tier.objects.get(name="gold").max_queued == 100
+    policy = staff_client.get("/staff/tiers/").content.decode()
+    assert "16 requests per key may wait, 100 requests across all gold keys" in policy
+    edit = staff_client.get("/staff/tiers/gold/edit/").content.decode()
+    assert "Queued requests across the tier" in edit and 'name="max_queued" value="100"' in edit
+    assert staff_client.post("/staff/tiers/gold/edit/", {**TIER, "max_queued": ""}).status_code == 302
+    assert Tier.objects.get(name="gold").max_queued is None  # empty: no tier bound
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"per_key_concurrency": 0}, "per_key_concurrency"),
     ({"pool_concurrency": 0}, "pool_concurrency"),
     ({"per_key_concurrency": 4, "pool_concurrency": 2}, "pool_concurrency"),  # Tier.clean
     ({"head_start_seconds": -1}, "head_start_seconds"),
     ({"max_queued_per_key": 0}, "max_queued_per_key"),
+    ({"max_queued": 0}, "max_queued"),
     ({"per_key_concurrency": "many"}, "per_key_concurrency"),
 ])
 def test_tier_edits_are_validated_with_errors_on_the_fields(staff_client, cast, change, field):
