@@ -11,9 +11,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fairness.batch.line_check import BadLine, check_line
+from fairness.batch.line_check import BadLine, GoodLine, check_line
 from fairness.batch.storage_writer import batch_storage
 from fairness.gateway.api_keys import KeyInfo
+from fairness.gateway.streamed_body import mebibytes
 from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
 from fairness.scheduling.directory import ReplicaDirectory
 
@@ -54,8 +55,7 @@ def take_in(
             _fail(batch, "too_many_lines", f"The file has more than {settings.GP_MAX_BATCH_LINES:,} lines, the "
                   "most one batch may hold (GP_MAX_BATCH_LINES); split it.")  # fmt: skip
             return
-        checked = check_line(raw, batch.endpoint, seen, lambda m: model_refusal(key, directory, m),
-                             settings.GP_MAX_BODY_BYTES)  # fmt: skip
+        checked = _checked(batch, index, raw, seen, lambda m: model_refusal(key, directory, m))
         total += 1
         if isinstance(checked, BadLine):
             failed += 1
@@ -78,20 +78,33 @@ def take_in(
         )
 
 
-def _lines(stored_name: str) -> Iterator[str]:
-    """The file's non-blank lines, decoded (uploads were checked to be UTF-8). A line longer than
-    any request is never held whole: it is read past and given as "" (not JSON: a bad line)."""
-    limit = settings.GP_MAX_BODY_BYTES * 2  # the body inside, with custom_id, url and escapes
+def _checked(
+    batch: Batch, index: int, raw: bytes | None, seen: set[str], refusal: Callable[[str], str | None]
+) -> GoodLine | BadLine:
+    """The line checked; whatever goes wrong with one line is that line's error, never the batch's."""
+    if raw is None:
+        return BadLine("", "line_too_large", f"This line is longer than {mebibytes(settings.GP_BATCH_MAX_LINE_BYTES)} "
+                       "(GP_BATCH_MAX_LINE_BYTES), more than any request the gateway takes.")  # fmt: skip
+    try:
+        return check_line(raw, batch.endpoint, seen, refusal, settings.GP_MAX_BODY_BYTES)
+    except Exception:
+        log.exception("batch %s: line %d could not be checked", batch.public_id, index + 1)
+        return BadLine("", "invalid_line", "The portal could not read this line.")
+
+
+def _lines(stored_name: str) -> Iterator[bytes | None]:
+    """The file's non-blank lines as stored (their text is the JSON parser's to check). A line
+    longer than GP_BATCH_MAX_LINE_BYTES is never held whole: it is read past and given as None."""
+    limit = settings.GP_BATCH_MAX_LINE_BYTES + 1  # and its newline
     with batch_storage().open(stored_name, "rb") as file:
         while raw := file.readline(limit):
             if len(raw) >= limit and not raw.endswith(b"\n"):
                 while (rest := file.readline(limit)) and not rest.endswith(b"\n"):
                     pass
-                yield ""
+                yield None
                 continue
-            text = raw.decode("utf-8", errors="replace").strip()
-            if text:
-                yield text
+            if raw := raw.strip():
+                yield raw
 
 
 def _fail(batch: Batch, code: str, message: str) -> None:

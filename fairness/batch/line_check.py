@@ -8,9 +8,11 @@ it), and its model one the key may use.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from fairness.batch import line_json
+from fairness.batch.line_json import LineRefused
 
 MAX_CUSTOM_ID = 512
 
@@ -29,20 +31,20 @@ class BadLine:
 
 
 def check_line(
-    raw: str, endpoint: str, seen: set[str], model_refusal: Callable[[str], str | None], max_body_bytes: int
+    raw: bytes | str, endpoint: str, seen: set[str], model_refusal: Callable[[str], str | None], max_body_bytes: int
 ) -> GoodLine | BadLine:
     """`model_refusal(model)`: why the key may not use the model, or None. `seen` gathers the
     custom_ids of the good lines so far."""
     try:
-        line = json.loads(raw)
-    except ValueError:
-        return BadLine("", "invalid_json_line", "This line is not valid JSON.")
+        line = line_json.loads(raw)
+    except LineRefused as refused:
+        return BadLine("", refused.code, refused.message)
     if not isinstance(line, dict):
         return BadLine("", "invalid_request", "A line must be a JSON object with custom_id, method, url and body.")
     custom_id = line.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
-        return BadLine("", "missing_custom_id",
-                       f"Each line needs a custom_id: a string of 1 to {MAX_CUSTOM_ID} characters.")  # fmt: skip
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID or "\x00" in custom_id:
+        return BadLine("", "missing_custom_id", f"Each line needs a custom_id: a string of 1 to {MAX_CUSTOM_ID} "
+                       "characters, none of them NUL.")  # fmt: skip
     if custom_id in seen:
         return BadLine(custom_id, "duplicate_custom_id", f"The custom_id {custom_id[:80]!r} is used by an earlier "
                        "line; each line's custom_id must be unique in the file.")  # fmt: skip
@@ -54,14 +56,17 @@ def check_line(
     if not isinstance(body, dict):
         return BadLine(custom_id, "invalid_body", "The line's body must be a JSON object: the request.")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(model, str) or not model or "\x00" in model:  # a NUL: no database column holds it
         return BadLine(custom_id, "missing_model", "The request names no model.")
     if body.get("stream"):
         return BadLine(custom_id, "stream_not_supported", "A batch's requests cannot stream; leave out 'stream'.")
     refusal = model_refusal(model)
     if refusal is not None:
         return BadLine(custom_id, "model_not_allowed", refusal)
-    text = json.dumps(body, separators=(",", ":"))
+    try:
+        text = line_json.dumps(body)
+    except LineRefused as refused:
+        return BadLine(custom_id, refused.code, refused.message)
     if len(text.encode()) > max_body_bytes:
         return BadLine(custom_id, "request_too_large", "The request is larger than any the gateway takes.")
     seen.add(custom_id)

@@ -102,7 +102,7 @@ def _send_chunk(conn: socket.socket, data: bytes) -> None:
 
 def test_an_upload_with_no_length_stops_being_read_once_past_the_limit(gateway, cast, stored_files):
     conn = _start_streaming_upload(gateway, cast["alice"].secret)
-    sent, piece = 0, b"x" * MiB
+    sent, piece = 0, (b"x" * 1023 + b"\n") * 1024  # a MiB of lines, each far within GP_BATCH_MAX_LINE_BYTES
     with conn:
         while not select.select([conn], [], [], 0)[0]:
             assert sent < FILE_LIMIT + 16 * MiB, "still reading long past the limit"

@@ -20,9 +20,21 @@ from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 DIRECTORY = ReplicaDirectory([ReplicaInfo(1, "a", "http://127.0.0.1:1", "sim", "vllm", 8, False, "")])
 
 
-def line(custom_id: str = "x", **overrides) -> str:
+def line(custom_id: str = "x", ensure_ascii: bool = False, **overrides) -> str:
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"model": "sim", "messages": []}, **overrides})  # fmt: skip
+                       "body": {"model": "sim", "messages": []}, **overrides}, ensure_ascii=ensure_ascii)  # fmt: skip
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# A line nested 100,000 deep: the standard library's parser recursed once per level.
+DEEP = '{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + "[" * 100_000 \
+    + "]" * 100_000 + "}"  # fmt: skip
 
 
 def check(raw: str, seen: set[str] | None = None):
@@ -41,6 +53,16 @@ def check(raw: str, seen: set[str] | None = None):
     (line(body={"messages": []}), "missing_model"),
     (line(body={"model": "sim", "stream": True}), "stream_not_supported"),
     (line(body={"model": "sim", "messages": [{"role": "user", "content": "x" * 2000}]}), "request_too_large"),
+    (DEEP, "line_too_deep"),
+    (line(body={"model": "sim", "messages": nested(300)}), "line_too_deep"),
+    (line(body={"model": "sim", "messages": [{"role": "user", "content": "ab"}]}).replace("ab", "a\xff\xfeb").encode(
+        "latin-1"), "invalid_utf8"),
+    (line(body={"model": "sim", "messages": [{"role": "user", "content": "\ud800"}]}, ensure_ascii=True),
+     "invalid_json_line"),
+    (line(body="a request"), "invalid_body"),
+    (line(body=5), "invalid_body"),
+    (line("a\x00b"), "missing_custom_id"),
+    (line(body={"model": "s\x00m"}), "missing_model"),
 ])  # fmt: skip
 def test_a_bad_line_says_why(raw, code):
     checked = check(raw)
@@ -76,11 +98,12 @@ def test_lines_are_read_in_order_bad_ones_failed_blank_ones_skipped(cast, stored
 
 
 def test_a_line_longer_than_any_request_is_failed_without_being_held(cast, stored_files, settings):
-    settings.GP_MAX_BODY_BYTES = 1000
-    batch = make_batch(cast, f"{line('a')}\n{'x' * 50_000}\n{line('b')}\n".encode())
+    settings.GP_BATCH_MAX_LINE_BYTES = 1000
+    batch = make_batch(cast, f"{line('a')}\n{'x' * 50_000}\n{line('b')}\n{'y' * 1000}\n".encode())
     take_in(batch, _key_info(pk=cast["carol"].key_id), DIRECTORY)
-    rows = list(BatchLine.objects.values_list("custom_id", "state"))
-    assert rows == [("a", "pending"), ("", "failed"), ("b", "pending")]
+    rows = list(BatchLine.objects.values_list("custom_id", "state", "error_code"))
+    assert rows == [("a", "pending", ""), ("", "failed", "line_too_large"), ("b", "pending", ""),
+                    ("", "failed", "invalid_json_line")]  # fmt: skip (the last one fits: it is only not JSON)
 
 
 def test_more_lines_than_a_batch_may_hold_fail_the_batch(cast, stored_files, settings):
