@@ -31,6 +31,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import functools
+import json
 import logging
 import secrets
 import time
@@ -45,6 +46,7 @@ from django.db import connection, connections, transaction
 from django.db.models import F, Q
 
 from fairness.batch import line_runner, result_files
+from fairness.batch.failures import PASSING_ERRORS, batch_failure, error_list, mark_failed
 from fairness.batch.intake import take_in
 from fairness.gateway import api_keys
 from fairness.gateway.api_keys import KeyInfo
@@ -223,12 +225,21 @@ class BatchRun:
     def tasks(self) -> list[asyncio.Task[None]]:
         return [line.task for line in self.inflight.values() if line.task is not None]
 
-    async def _end(self, status: BatchStatus) -> bool:
-        errors = None
-        if status == BatchStatus.FAILED and self.key_error is not None:
-            errors = {"object": "list", "data": [
-                {"code": self.key_error.code, "message": self.key_error.message, "param": None, "line": None}
-            ]}  # fmt: skip
+    async def fail(self, reason: ApiError) -> None:
+        """End the batch as failed, saying why: its lines in flight stopped, those not run yet
+        failed with the reason, and the files written with what had ended."""
+        await self.abort()
+        try:
+            await _db(_fail_unfinished)(self.batch, reason)
+            await self._end(BatchStatus.FAILED, reason)
+        except Exception:
+            if not await _db(mark_failed)(self.batch.pk, self.runner.token, error_list(reason)):
+                raise
+            log.exception("batch %s: failed without its files, which could not be written", self.batch.public_id)
+
+    async def _end(self, status: BatchStatus, reason: ApiError | None = None) -> bool:
+        reason = reason or (self.key_error if status == BatchStatus.FAILED else None)
+        errors = error_list(reason) if reason is not None else None
         if not await _db(result_files.finalize)(self.batch, self.runner.token, status, errors):
             log.warning("batch %s: lost its claim before it could end", self.batch.public_id)
         return True
@@ -284,11 +295,25 @@ class BatchRun:
             if not flight.revoked:
                 raise
             self.exhausted = False  # admission asked its slot back: it runs again, later
-        except Exception:  # the database away, say: the line runs again, in this slice or the next
+        except PASSING_ERRORS:  # the database away: the line runs again, in this slice or the next
             log.exception("batch %s: line %d could not run; it stays pending", batch.public_id, line.index)
             self.exhausted = False
+        except Exception:  # it would fail again: the line's error, not a line to run for ever
+            log.exception("batch %s: line %d failed in the portal", batch.public_id, line.index)
+            await self._record_failure(line)
         finally:
             self.inflight.pop(line.pk, None)
+
+    async def _record_failure(self, line: PendingLine) -> None:
+        error = ApiError(500, "The portal failed to run or record this request.", "internal_error")
+        answer = line_runner.Answer(500, json.dumps(error.body()), error.code)
+        request_id = f"batch-{line.pk}-{self.runner.token[:8]}-failed"
+        try:
+            await asyncio.shield(_db(_record)(self.batch.pk, line.pk, self.runner.token, answer, request_id))
+        except Exception:
+            log.exception("batch %s: line %d: its failure could not be recorded; it stays pending",
+                          self.batch.public_id, line.index)  # fmt: skip
+            self.exhausted = False
 
 
 class BatchRunner:
@@ -330,7 +355,7 @@ class BatchRunner:
                     next_renewal = time.monotonic() + self.claim_seconds / 3
                     await self._renew()
                 for pk, run in list(self.runs.items()):
-                    if await run.step(accepting):
+                    if await self._step(run, accepting):
                         del self.runs[pk]
                 await self._wait()
         finally:
@@ -339,6 +364,24 @@ class BatchRunner:
                     await run.abort()
             await _db(_release)(self.token)
             await _db(connections.close_all)()
+
+    async def _step(self, run: BatchRun, accepting: bool) -> bool:
+        """Move one batch on (True once this runner is done with it). Whatever goes wrong in it is
+        its own: it ends as failed, saying why, and the other batches go on."""
+        try:
+            return await run.step(accepting)
+        except PASSING_ERRORS:
+            # Left to a later runner: its claim, no longer renewed, goes stale.
+            log.exception("batch %s: the database failed it; a later runner takes it on", run.batch.public_id)
+            await run.abort()
+            return True
+        except Exception as exc:
+            log.exception("batch %s failed; it ends, the other batches go on", run.batch.public_id)
+            try:
+                await run.fail(batch_failure(exc))
+            except Exception:
+                log.exception("batch %s: could not be ended; a later runner takes it on", run.batch.public_id)
+            return True
 
     def moment(self, offset: float = 0.0) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.now() + offset, tz=dt.UTC)
