@@ -126,7 +126,7 @@ def test_an_upload_holds_its_room_while_it_streams_and_gives_it_back_when_its_cl
     conn = _start_streaming_upload(gateways[0], cast["alice"].secret)  # no declared length: the room left
     with conn:
         _send_chunk(conn, b"x" * 1024)
-        wait_for(lambda: BatchFile.objects.filter(state=BatchFileState.UPLOADING).exists(), what="the reservation")
+        wait_for(lambda: files_on_disk(stored_files), what="the upload to begin")
         assert_refused(upload(gateways[1], cast["alice"].secret, padded(4096)), 403, "storage_quota_exceeded")
     wait_for(lambda: not BatchFile.objects.exists(), what="the reservation given back")
     wait_for(lambda: files_on_disk(stored_files) == [], what="the partial file deleted")
