@@ -13,7 +13,7 @@ def bound_seeded_tiers(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("fairness", "0017_isolate_prefix_cache_by_default")]
+    dependencies = [("fairness", "0019_storage_quota")]
     operations = [
         migrations.AddField(
             model_name="tier",
