@@ -719,6 +719,9 @@ class Batch(models.Model):
     )
     input_file = models.ForeignKey(BatchFile, models.SET_NULL, null=True, blank=True, related_name="+")
     input_file_public_id = models.CharField(max_length=40, help_text="Kept after the input file is deleted.")
+    input_bytes = models.PositiveBigIntegerField(
+        default=0, help_text="Its input file's size: its lines count against its owner's quota until it ends."
+    )
     endpoint = models.CharField(max_length=40)
     completion_window = models.CharField(max_length=8, default="24h")
     metadata = models.JSONField(null=True, blank=True)

@@ -138,7 +138,7 @@ def _create_row(fields: dict[str, Any], request: StreamedRequest) -> dict[str, A
     BatchFile.objects.filter(pk=input_file.pk).touch(now)
     batch = Batch.objects.create(
         public_id=new_batch_id(), owner_id=owner_id, api_key_id=key_id, input_file=input_file,
-        input_file_public_id=input_file.public_id, endpoint=fields["endpoint"],
+        input_file_public_id=input_file.public_id, input_bytes=input_file.bytes, endpoint=fields["endpoint"],
         completion_window=fields["window"], metadata=fields["metadata"], created_at=now,
         expires_at=now + COMPLETION_WINDOWS[fields["window"]],
     )  # fmt: skip

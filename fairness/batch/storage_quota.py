@@ -10,6 +10,8 @@ once, and one whose gateway died is given back by the pruning task (retention.py
 
 A batch's results are written whatever room is left (the engines' work is done and charged by
 then), but while a person's files fill their quota no batch of theirs starts and nothing uploads.
+A running batch's lines are a copy of its input: they count once, as the input file, or as the
+batch's input_bytes once that file is deleted, until the batch ends (its lines go then).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from django.utils import timezone
 
 from fairness.gateway.errors import ApiError
 from fairness.gateway.streamed_body import mebibytes
-from fairness.models import BatchFile, BatchFileState
+from fairness.models import Batch, BatchFile, BatchFileState
 
 # A form's own bytes beside its file (boundaries, part headers, the purpose field): a declared
 # length this far past the room left may still hold a file that fits.
@@ -40,8 +42,11 @@ class Reservation:
 
 
 def used_bytes(owner_id: int) -> int:
-    """The bytes one person's files hold, reservations of uploads under way included."""
-    return BatchFile.objects.filter(owner_id=owner_id).aggregate(total=Sum("bytes"))["total"] or 0
+    """The bytes one person's files hold, reservations of uploads under way included, and the
+    lines of their unfinished batches whose input file they deleted (the lines hold it still)."""
+    files = BatchFile.objects.filter(owner_id=owner_id).aggregate(total=Sum("bytes"))["total"] or 0
+    orphaned = Batch.objects.of_owner(owner_id).unfinished().filter(input_file__isnull=True)
+    return files + (orphaned.aggregate(total=Sum("input_bytes"))["total"] or 0)
 
 
 def quota_refusal(used: int) -> ApiError:

@@ -131,3 +131,16 @@ def test_an_upload_holds_its_room_while_it_streams_and_gives_it_back_when_its_cl
     wait_for(lambda: not BatchFile.objects.exists(), what="the reservation given back")
     wait_for(lambda: files_on_disk(stored_files) == [], what="the partial file deleted")
     assert upload(gateways[1], cast["alice"].secret, padded(4096)).status_code == 200
+
+
+def test_a_running_batchs_lines_hold_its_input_after_the_file_is_deleted(gateways, cast):
+    size, secret = 15 * 1024, cast["alice"].secret
+    first = upload(gateways[0], secret, padded(size)).json()["id"]
+    created = httpx.post(gateways[0].url + "/v1/batches", headers={"authorization": f"Bearer {secret}"},
+                         json={"input_file_id": first, "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+    assert created.status_code == 200, created.text
+    deleted = httpx.delete(gateways[1].url + f"/v1/files/{first}", headers={"authorization": f"Bearer {secret}"})
+    assert deleted.status_code == 200 and deleted.json()["deleted"]
+    # Its lines still hold those 15 KiB until the batch ends: one more file fits, not two.
+    assert upload(gateways[1], secret, padded(size)).status_code == 200
+    assert_refused(upload(gateways[0], secret, padded(size)), 403, "storage_quota_exceeded")
