@@ -131,23 +131,28 @@ def test_a_purpose_sent_after_the_file_is_read_and_checked_too(gateway, alice, s
 
 DEEP_LINE = b'{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + b"[" * 100_000 \
     + b"]" * 100_000 + b"}\n"  # fmt: skip
-HUGE_LINE = b'{"custom_id": "huge", "body": {"content": "' + b"x" * 100 * 1024 * 1024 + b'"}}\n'  # 100 MB
+
+
+def huge_line() -> bytes:
+    """100 MB in one line (made when a test needs it: a parameter is held for the whole session)."""
+    return b'{"custom_id": "huge", "body": {"content": "' + b"x" * 100 * 1024 * 1024 + b'"}}\n'
 
 
 @pytest.mark.parametrize(
-    ("content", "line", "said"),
+    ("make_content", "line", "said"),
     [
-        (DEEP_LINE + jsonl(1), 1, "nested more than 254 levels deep"),
-        (HUGE_LINE + jsonl(1), 1, "longer than 8 MiB (GP_BATCH_MAX_LINE_BYTES)"),
-        (jsonl(1) + HUGE_LINE, 2, "longer than 8 MiB (GP_BATCH_MAX_LINE_BYTES)"),
-        (jsonl(1) + jsonl(1).replace(b'"hi"', b'"h\xff\xfei"') + jsonl(1), 2, "not UTF-8 text"),
-        (b'"a request"\n' + jsonl(1), 1, "not a JSON object"),
+        (lambda: DEEP_LINE + jsonl(1), 1, "nested more than 254 levels deep"),
+        (lambda: huge_line() + jsonl(1), 1, "longer than 8 MiB (GP_BATCH_MAX_LINE_BYTES)"),
+        (lambda: jsonl(1) + huge_line(), 2, "longer than 8 MiB (GP_BATCH_MAX_LINE_BYTES)"),
+        (lambda: jsonl(1) + jsonl(1).replace(b'"hi"', b'"h\xff\xfei"') + jsonl(1), 2, "not UTF-8 text"),
+        (lambda: b'"a request"\n' + jsonl(1), 1, "not a JSON object"),
     ],
     ids=["deep-first-line", "100-mb-first-line", "100-mb-second-line", "bad-utf-8-mid-line",
          "first-line-not-an-object"],
 )  # fmt: skip
-def test_a_line_no_request_could_be_is_refused_at_upload_naming_the_line(gateway, alice, stored_files, content, line,
-                                                                         said):  # fmt: skip
+def test_a_line_no_request_could_be_is_refused_at_upload_naming_the_line(gateway, alice, stored_files, make_content,
+                                                                         line, said):  # fmt: skip
+    content = make_content()
     error = assert_refused(upload(gateway, alice, content), 400, "invalid_file_format", "file")
     assert error["message"].startswith(f"Line {line} of the file ") and said in error["message"], error["message"]
     assert files_on_disk(stored_files) == [] and not BatchFile.objects.exists()

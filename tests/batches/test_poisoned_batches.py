@@ -25,7 +25,13 @@ def request_line(custom_id: str, body: object) -> bytes:
 # of the runner that read it.
 DEEP = b'{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + b"[" * 100_000 \
     + b"]" * 100_000 + b"}"  # fmt: skip
-HUGE = request_line("huge", {"model": "sim", "messages": [{"role": "user", "content": "x" * 100 * 1024 * 1024}]})
+
+
+def huge() -> bytes:
+    """100 MB in one line (made when the test runs, not when the module is collected)."""
+    return request_line("huge", {"model": "sim", "messages": [{"role": "user", "content": "x" * 100 * 1024 * 1024}]})
+
+
 BAD_UTF8 = request_line("bad-utf8", {"model": "sim", "messages": [{"role": "user", "content": "ab"}]}).replace(
     b"ab", b"a\xff\xfeb")  # fmt: skip
 
@@ -55,7 +61,7 @@ def test_a_poisoned_batch_fails_only_its_bad_lines_while_another_person_s_batch_
     uploaded = carol.files.create(file=("poisoned.jsonl", b"\n".join([
         good[0], DEEP, request_line("text-body", "a request"), b'["a", "line"]', good[1],
     ]) + b"\n"), purpose="batch")  # fmt: skip
-    old_file = stored_for(cast["carol"], b"\n".join([good[2], HUGE, BAD_UTF8, good[3]]) + b"\n")
+    old_file = stored_for(cast["carol"], b"\n".join([good[2], huge(), BAD_UTF8, good[3]]) + b"\n")
     poisoned = [start(carol, uploaded.id), start(carol, old_file)]
     other = start(alice, alice.files.create(file=("in.jsonl", chat_lines(5)), purpose="batch").id)
 
