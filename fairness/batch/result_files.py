@@ -96,7 +96,7 @@ def _result(line: BatchLine) -> dict[str, Any]:
     if line.status_code is not None:
         try:
             body = json.loads(line.response)
-        except ValueError:
+        except (ValueError, RecursionError):
             body = line.response
         response = {"status_code": line.status_code, "request_id": line.request_id, "body": body}
     error = None if response is not None else {"code": line.error_code, "message": line.error_message}

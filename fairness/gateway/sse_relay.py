@@ -125,7 +125,7 @@ class Relay:
         """Reads the counts from a usage event; True when the event should be dropped."""
         try:
             data = json.loads(event.partition(b"data:")[2])
-        except ValueError:
+        except (ValueError, RecursionError):  # an engine's event nested past the parser's depth
             return False
         usage = data.get("usage") if isinstance(data, dict) else None
         if not isinstance(usage, dict):

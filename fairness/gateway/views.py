@@ -239,7 +239,7 @@ async def _whole_response(
     raw = await engine_client.read_whole(response, replica)
     try:
         counts = json.loads(raw).get("usage") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # nested past the parser's depth
         raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
     tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
     tally.take_usage(counts)
@@ -267,7 +267,7 @@ async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiErro
             message = detail["message"]
             code = _openai_code(detail.get("code"))
             param = detail.get("param") if isinstance(detail.get("param"), str) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     if 400 <= status < 500:
         # The type is OpenAI's for the status (errors.TYPES), not the engine's exception name.

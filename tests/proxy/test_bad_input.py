@@ -182,9 +182,9 @@ def test_an_engine_failure_gets_502(gateway, replica, cast, sim):
 
 
 class GarbledEngine:
-    """Answers every request with a 200 that is not JSON."""
+    """Answers every request with a 200 whose body is not JSON a reader can use."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: bytes = b"<garbage>") -> None:
         self.port = free_port()
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -192,7 +192,8 @@ class GarbledEngine:
         async def serve():
             async def answer(reader, writer):
                 await reader.readuntil(b"\r\n\r\n")
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n<garbage>")
+                head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                writer.write(head.encode() + body)
                 await writer.drain()
                 writer.close()
 
@@ -209,8 +210,10 @@ class GarbledEngine:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def test_a_garbled_engine_answer_gets_502(gateway, replica, cast):
-    engine = GarbledEngine()
+# Nested past any parser's depth: the standard library's json raises RecursionError, not ValueError.
+@pytest.mark.parametrize("body", [b"<garbage>", b"[" * 100_000 + b"]" * 100_000], ids=["not-json", "too-deep"])
+def test_a_garbled_engine_answer_gets_502(gateway, replica, cast, body):
+    engine = GarbledEngine(body)
     try:
         Replica.objects.filter(pk=replica.pk).update(base_url=f"http://127.0.0.1:{engine.port}")
         Replica.objects.get(pk=replica.pk).save()

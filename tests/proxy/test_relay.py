@@ -14,9 +14,9 @@ EVENTS = (
 )
 
 
-async def upstream_response() -> httpx.Response:
+async def upstream_response(events: bytes = EVENTS) -> httpx.Response:
     async def stream():
-        yield EVENTS
+        yield events
 
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=stream()))
     client = httpx.AsyncClient(transport=transport)
@@ -34,6 +34,19 @@ async def test_it_passes_events_through_counts_them_and_drops_the_usage_it_asked
     assert b'"usage"' not in body and body.endswith(b"data: [DONE]\n\n")
     tally = done[0]
     assert (tally.prompt_tokens, tally.completion_tokens, tally.finished) == (7, 2, True)
+
+
+async def test_an_event_nested_past_the_parsers_depth_is_passed_on_not_raised():
+    done = []
+
+    async def on_done(tally):
+        done.append(tally)
+
+    deep = b"data: {\"usage\": " + b"[" * 100_000 + b"]" * 100_000 + b"}\n\n"
+    relay = Relay(await upstream_response(deep + EVENTS), strip_usage=True, on_done=on_done, replica_name="r")
+    body = b"".join([chunk async for chunk in relay])
+    assert body.startswith(deep) and body.endswith(b"data: [DONE]\n\n")
+    assert (done[0].prompt_tokens, done[0].completion_tokens) == (7, 2)
 
 
 async def test_a_response_django_never_starts_is_cleaned_up_anyway(monkeypatch):
