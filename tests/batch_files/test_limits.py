@@ -119,8 +119,9 @@ def test_a_client_that_leaves_mid_upload_leaves_nothing(gateway, cast, stored_fi
     with conn:
         _send_chunk(conn, b"x" * MiB)
         wait_for(lambda: files_on_disk(stored_files), what="the upload to begin")
-    wait_for(lambda: files_on_disk(stored_files) == [], what="the partial file deleted")
-    assert not BatchFile.objects.exists()
+    # The file goes first, then the row that reserved its room: wait for both.
+    wait_for(lambda: files_on_disk(stored_files) == [] and not BatchFile.objects.exists(),
+             what="the partial file and its reservation deleted")
 
 
 def test_an_upload_that_stalls_gets_408_and_leaves_nothing(gateway, cast, stored_files):
