@@ -215,7 +215,7 @@ def list_users(request):
 
 @router.post("/users", response={201: UserOut})
 def create_user(request, data: UserIn):
-    if User.objects.filter(username=data.username).exists():
+    if User.objects.filter(username__iexact=data.username).exists():
         raise HttpError(409, f"username: {data.username!r} is taken")
     user = actions.create_user(actor(request), data.username, data.email, data.is_staff, data.password)
     return Status(201, user_out(user))
