@@ -55,18 +55,21 @@ NEVER = 2_000_000_000  # a limit the run never reaches
 CAPPED_KEY = "capped"
 HIGH_CAP, LOW_CAP = 128, 4
 LITELLM_REDIS_DB = 9  # LiteLLM's limiter shares our private redis-server in a database of its own
+# Every field given, isolate_prefix_cache too: an earlier tree (--baseline) makes its tier with its
+# own defaults, and the two gateways should differ only in code.
 TIERS = {
     "bench": {"per_key_concurrency": HIGH_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
               "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
-              "borrow_idle_slots": False},
+              "borrow_idle_slots": False, "isolate_prefix_cache": False},
     "limited": {"per_key_concurrency": HIGH_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
                 "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
-                "borrow_idle_slots": False, "key_requests_per_minute": NEVER, "key_tokens_per_minute": NEVER,
+                "borrow_idle_slots": False, "isolate_prefix_cache": False,
+                "key_requests_per_minute": NEVER, "key_tokens_per_minute": NEVER,
                 "requests_per_minute": NEVER, "tokens_per_minute": NEVER,
                 "allowed_models": [MODEL, TIMED_MODEL]},
     "capped": {"per_key_concurrency": LOW_CAP, "pool_concurrency": None, "head_start_seconds": 0.0,
                "max_queue_wait_seconds": 600.0, "max_queued_per_key": 1024, "engine_priority": 0,
-               "borrow_idle_slots": False},
+               "borrow_idle_slots": False, "isolate_prefix_cache": False},
 }
 
 

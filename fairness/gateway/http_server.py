@@ -107,6 +107,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._body_deadline: asyncio.TimerHandle | None = None
         self._pace: BodyPace | None = None  # of the body being read, until it ends
         self._whole = False  # the latest request has arrived whole, body and all
+        self._vouching = {"vouch": self._vouched}  # each request's scope extension (vouch_for)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -126,6 +127,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         too_many = self._header_bytes is not None and self._header_bytes > self.max_header_bytes
         if too_many and not self.transport.is_closing():
             self._refuse_headers()
+        elif self._pace is not None and self._body_deadline is None:
+            # A body still to come. (Most requests arrive whole in one read: they need no timer.)
+            self._body_deadline = self.loop.call_at(self._pace.due(), self._check_body_pace)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -135,11 +139,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._header_bytes = None
         self._cancel_deadline()
-        pace = self._pace = BodyPace(self.loop.time(), self.body_grace, self.min_body_rate)
-        self._body_deadline = self.loop.call_at(pace.due(), self._check_body_pace)
-        extensions: dict[str, dict[object, object]] = dict(self.scope.get("extensions", {}))
-        extensions[VOUCHING] = {"vouch": lambda: self._vouched(pace)}
-        self.scope["extensions"] = extensions
+        self._pace = BodyPace(self.loop.time(), self.body_grace, self.min_body_rate)
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions[VOUCHING] = self._vouching
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -174,8 +176,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             app = _over_capacity
         super()._start_asgi_task(cycle, app)
 
-    def _vouched(self, pace: BodyPace) -> None:
-        if self._pace is pace and not self.transport.is_closing():  # its body is still to come
+    def _vouched(self) -> None:
+        if self._pace is not None and not self.transport.is_closing():  # its body is still to come
             self.clients.serve(self)
 
     def close_waiting(self) -> None:
