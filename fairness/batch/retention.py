@@ -1,8 +1,9 @@
 """How long the batch lane keeps things, and what may go. A file is kept GP_FILE_RETENTION_DAYS
 after its last use (uploaded, downloaded, a batch made from it), a batch and its lines that long
 after it ended; nothing an unfinished batch still needs goes. An upload's reservation whose
-gateway died mid-upload goes after a day. The hourly task fairness.prune_batch_storage runs
-prune(now); staff free one person's space at once with free_person (through the audited actions).
+gateway died mid-upload goes once it is older than any upload may last. The hourly task
+fairness.prune_batch_storage runs prune(now); staff free one person's space at once with
+free_person (through the audited actions).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from django.db.models import Q, QuerySet, Sum
 
 from fairness.models import Batch, BatchFile, BatchFileState
 
-STALE_RESERVATION = dt.timedelta(days=1)  # no upload lasts this long (a gap of GP_CLIENT_BODY_TIMEOUT_SECONDS ends one)
+
+def longest_upload() -> dt.timedelta:
+    """Longer than any upload may last: the body pace bounds it (http_server), so the largest file
+    at the slowest pace allowed (57 hours by default), and an hour to spare."""
+    seconds = (settings.GP_CLIENT_BODY_GRACE_SECONDS
+               + settings.GP_MAX_BATCH_FILE_BYTES / settings.GP_CLIENT_MIN_BODY_BYTES_PER_SECOND)
+    return dt.timedelta(seconds=seconds, hours=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +85,7 @@ def prune(now: dt.datetime) -> Freed:
     return _delete(
         _ended_batches(before=cutoff),
         _deletable_files().filter(last_used_at__lt=cutoff),
-        BatchFile.objects.filter(state=BatchFileState.UPLOADING, created_at__lt=now - STALE_RESERVATION),
+        BatchFile.objects.filter(state=BatchFileState.UPLOADING, created_at__lt=now - longest_upload()),
     )
 
 

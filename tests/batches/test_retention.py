@@ -52,11 +52,12 @@ def test_pruning_deletes_what_has_kept_its_time_and_nothing_else(carol, stored_f
     long_ended, lately_ended = batch_ended(carol, 31 * DAY), batch_ended(carol, 29 * DAY, BatchStatus.CANCELLED)
     stale = BatchFile.objects.create(
         public_id="file-stale", owner_id=carol.owner_id, purpose="batch", filename="", bytes=100,
-        stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - 2 * DAY,
+        stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - 3 * DAY,
     )  # fmt: skip
+    # Two days into an upload of 200 MiB at the slowest pace allowed (57 hours): still under way.
     fresh = BatchFile.objects.create(
         public_id="file-fresh", owner_id=carol.owner_id, purpose="batch", filename="", bytes=100,
-        stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - DAY / 2,
+        stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - 2 * DAY,
     )  # fmt: skip
     assert len(files_on_disk(stored_files)) == 4
 
