@@ -2,10 +2,12 @@
 all come here), and finding a budget's holder by the names people type.
 
 A standing budget (no `until`) is one per holder and period: setting another changes that row in
-place, so admission's counters (keyed by the budget's id) carry on and the period's work still
-counts. A raise (`until` in the future) is a row of its own that replaces the standing one until
-then; a new raise of the same holder and period replaces the earlier raise, as two at once would
-only hold the holder to the smaller.
+place. Admission's counters are the holder's for the period; setting or changing a budget makes
+them count at least the usage already recorded in the period (the recount Redis gets after a
+restart), so its "used" is the same whether it was set before the period's work or after it.
+A raise (`until` in the future) is a row of its own that replaces the standing one until then;
+a new raise of the same holder and period replaces the earlier raise, as two at once would only
+hold the holder to the smaller.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.utils import timezone
 
 from fairness.models import Account, ApiKey, Budget, Membership
 from fairness.portal.actions import Actor, audit
+from fairness.telemetry import budget_status
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -126,6 +129,9 @@ def set_budget(actor: Actor, *, account: Account | None = None, membership: Memb
         old.delete()
     if before is None and replaced:
         before = _detail(replaced[0])
+    # Before the commit lets a gateway see the budget: it is held from the first request to the
+    # period's work so far, not only to what runs after it was set.
+    budget_status.recount(budget)
     audit(actor, "budget.set", budget.holder_name, budget=budget.pk, **_detail(budget), replaced=before)
     return budget
 

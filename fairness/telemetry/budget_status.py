@@ -1,5 +1,6 @@
 """Where each budget stands in its current window, from admission's counters in Redis; adding
-the database's counts back after Redis lost them; and the one-time notice at 80%.
+the database's counts back after Redis lost them, or when a budget is set partway through its
+period; and the one-time notice at 80%.
 
 Redis holds the live counters (admission reserves and settles them, lua/lib.lua); the usage
 records in the database are the truth they are rebuilt from when Redis restarts empty, so a
@@ -11,13 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db.models import Q, QuerySet, Sum
-from redis.typing import EncodableT, FieldT
 
 from fairness.gateway import budget_rules
 from fairness.models import Account, Budget, UsageRecord
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SOFT_LIMIT = 0.8  # the share of a budget at which its holders hear of it, once a period
 _RESTORED = "bok"  # set in admission's namespace once the database's counts are back
+_COUNTED = Path(__file__).with_name("budget_counted.lua").read_text()
 
 
 @dataclass(frozen=True)
@@ -131,28 +133,24 @@ def restore_if_lost(now: float | None = None) -> bool:
 
 
 def recount(budget: Budget, now: float | None = None) -> None:
-    """Set one budget's counters in its current window from the usage records (they are its
-    holder's for the period, shared with any raise)."""
+    """Make one budget's counters in its current window count at least the usage records of its
+    holder for the period (shared with any raise): after Redis lost them, and when the budget is
+    set or changed partway through a period, which would otherwise start at 0."""
     now = now if now is not None else dt.datetime.now(dt.UTC).timestamp()
-    client = redis_sync()
     window = window_of(budget, now)
-    ttl = max(1, int(window.ttl(now)))
     records = UsageRecord.objects.filter(holder_keys(budget))
     if not window.rolling_seconds:
         start = dt.datetime.fromtimestamp(window.window_start, dt.UTC)
-        counts: dict[FieldT, EncodableT] = {"u": repr(_weighted(records.filter(created_at__gte=start)))}
+        counts = {"u": _weighted(records.filter(created_at__gte=start))}
     else:
         bucket = _bucket_seconds(window)
         counts = {}
         for field in _used_fields(window, now):
             number = int(field[1:])
             lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
-            counts[field] = repr(_weighted(records.filter(created_at__gte=lo, created_at__lt=hi)))
-    key = _window_key(window)
-    with client.pipeline() as pipe:
-        pipe.hset(key, mapping=counts)
-        pipe.expire(key, ttl)
-        pipe.execute()
+            counts[field] = _weighted(records.filter(created_at__gte=lo, created_at__lt=hi))
+    pairs = [item for field, tokens in counts.items() for item in (field, repr(tokens))]
+    redis_sync().eval(_COUNTED, 1, _window_key(window), max(1, int(window.ttl(now))), *pairs)
 
 
 def _recipients(budget: Budget) -> list[str]:
