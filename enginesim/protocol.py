@@ -7,6 +7,7 @@ per-token cost of streaming tiny.
 
 from __future__ import annotations
 
+import array
 import itertools
 import json
 import os
@@ -170,6 +171,25 @@ def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionReque
     return CompletionRequest(chat, units, prompt_tokens, max_tokens, target, stream,
                              include_usage, priority, seed, user if isinstance(user, str) else "",
                              cache_salt=salt or "")
+
+
+def tokenize(body: bytes, config: SimConfig) -> bytes:
+    """vLLM's POST /tokenize: a completions prompt or a chat's messages (rendered with the
+    generation prompt) counted as a generation would count them, without generating."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise bad_request(f"Invalid JSON body: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request("The request body must be a JSON object")
+    model = data.get("model") or config.model
+    if model != config.model:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    units = _prompt_units(data, chat="messages" in data)
+    count = count_tokens(units)
+    # Token ids are the prompt's 4-byte units read as integers: stable for equal prompts.
+    ids = list(array.array("I", units))[:count] or [0]
+    return dumps({"count": count, "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None})
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

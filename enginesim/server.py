@@ -25,7 +25,7 @@ from .config import SimConfig
 from .engine import Engine, Sequence, State
 from .instant import InstantEngine
 from .metrics import build_registry, render
-from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request
+from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request, tokenize
 from .tokens import block_hashes
 
 Scope = dict[str, Any]
@@ -87,6 +87,7 @@ class EngineSimApp:
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/completions"): self._completions,
             ("GET", "/v1/models"): self._models,
+            ("POST", "/tokenize"): self._tokenize,
             ("GET", "/health"): self._health,
             ("GET", "/version"): self._version,
             ("GET", "/metrics"): self._metrics,
@@ -153,6 +154,12 @@ class EngineSimApp:
             "root": model, "parent": None, "max_model_len": self.config.max_model_len,
         }
         await respond(send, 200, dumps({"object": "list", "data": [card]}))
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await respond(send, 200, tokenize(await read_body(receive), self.config))
+        except ApiError as error:
+            await respond_error(send, error)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, render(self.registry),
