@@ -454,6 +454,16 @@ class UsageRecord(models.Model):
     ttft_ms = models.PositiveIntegerField(null=True)
     latency_ms = models.PositiveIntegerField(default=0)
     tier = models.CharField(max_length=40, blank=True, help_text="The key's tier when it ran.")
+    prompt_count_source = models.CharField(
+        max_length=12, blank=True,
+        help_text="engine (its usage counts), tokenize (counted by the engine after the client left), "
+        "estimate (body bytes at the measured bytes per token), prompt_ids; blank before it was recorded.",
+    )
+    completion_count_source = models.CharField(
+        max_length=12, blank=True,
+        help_text="engine (its usage counts), events (content events relayed before the client left), "
+        "unknown (a whole answer abandoned before it came: 0); blank before it was recorded.",
+    )
     created_at = models.DateTimeField(db_index=True)
 
     class Meta:

@@ -51,6 +51,9 @@ class UsageEvent(TypedDict):
     ttft_ms: int | None
     latency_ms: int
     at: float
+    # Where the counts came from (abandoned_work.py); events from before they were recorded lack them.
+    prompt_count_source: NotRequired[str]
+    completion_count_source: NotRequired[str]
 
 
 USAGE_PUSHED = "usage|pushed"

@@ -135,3 +135,15 @@ async def post_json(url: str, payload: Mapping[str, object], timeout: float) -> 
     response = await client().post(url, json=payload, timeout=timeout)
     response.raise_for_status()
     return response
+
+
+async def tokenize(replica: ReplicaInfo, body: Mapping[str, object], timeout: float) -> int | None:
+    """The replica's own count of a prompt (vLLM's POST /tokenize), or None when it gives none:
+    an engine without the endpoint, an error, an answer that is not a count."""
+    headers = {"authorization": f"Bearer {replica.api_key}"} if replica.api_key else {}
+    try:
+        response = await client().post(replica.base_url + "/tokenize", json=body, headers=headers, timeout=timeout)
+        count = response.json().get("count") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None

@@ -14,7 +14,7 @@ from typing import Any
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import accounting, budget_rules
+from fairness.gateway import abandoned_work, accounting, budget_rules
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
@@ -69,9 +69,12 @@ class RequestLifecycle:
 
     def __init__(
         self, runtime: GatewayRuntime, request_id: str, key: KeyInfo, endpoint: str, model: str,
-        stream: bool,
+        stream: bool, *, payload: dict[str, Any] | None = None, body_bytes: int = 0,
     ) -> None:
         self.runtime = runtime
+        self.payload = payload  # to count the prompt if the client leaves before its usage comes
+        self.body_bytes = body_bytes
+        self.replica: ReplicaInfo | None = None
         self.started = time.perf_counter()
         self.event: accounting.UsageEvent = {
             "key_id": key.id,
@@ -131,6 +134,7 @@ class RequestLifecycle:
     def bind(self, replica: ReplicaInfo) -> None:
         """This request goes to `replica` (the one its lease holds a slot on)."""
         self.event["replica"] = replica.name
+        self.replica = replica
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
         """Give back and account, once. The Redis work runs in the background: the client
@@ -139,7 +143,30 @@ class RequestLifecycle:
             return
         self._closed = True
         self._finish_event(status, tally)
-        self.runtime.in_background(self._settle())
+        if self._left_uncounted():
+            self.runtime.in_background(self._count_then_settle())
+        else:
+            self.runtime.in_background(self._settle())
+
+    def _left_uncounted(self) -> bool:
+        """The client left after the request reached an engine, before the engine's counts came."""
+        return self.event["status"] == 499 and self.replica is not None and not self.event["prompt_tokens"]
+
+    async def _count_then_settle(self) -> None:
+        """Charge the prefill the engine ran: the prompt counted after the abort, off the request
+        path (abandoned_work.py), then the same settlement as any request."""
+        assert self.replica is not None
+        try:
+            counted, source = await abandoned_work.count_prompt(
+                self.replica, self.event["endpoint"], self.payload or {}, self.body_bytes
+            )
+        except Exception:  # never lose the settlement (the lease, the usage) to the count
+            log.warning("could not count the prompt of %s", self.event["request_id"], exc_info=True)
+            counted, source = abandoned_work.calibration.estimate(self.body_bytes), "estimate"
+        self.event["prompt_tokens"] = counted
+        self.event["prompt_count_source"] = source
+        await self._settle()
+
 
     async def _settle(self) -> None:
         """The lease back and the usage recorded, in one round trip. If that fails, the usage
@@ -181,9 +208,15 @@ class RequestLifecycle:
         event["status"] = status
         event["latency_ms"] = round((time.perf_counter() - self.started) * 1000)
         if tally is None:
+            # A whole answer abandoned before it came: how far the engine got is not seen here.
+            event["completion_count_source"] = "unknown"
             return
         event["prompt_tokens"] = tally.prompt_tokens
+        event["prompt_count_source"] = "engine"
         event["completion_tokens"] = tally.completion_tokens or tally.content_events
+        event["completion_count_source"] = "engine" if tally.completion_tokens or tally.finished else "events"
+        if tally.finished:
+            abandoned_work.calibration.observe(self.body_bytes, tally.prompt_tokens)
         if tally.first_byte_at is not None:
             event["ttft_ms"] = round((tally.first_byte_at - self.started) * 1000)
         if tally.failed:

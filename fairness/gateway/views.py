@@ -114,7 +114,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         )
 
     lifecycle = RequestLifecycle(
-        runtime, request.request_id, key, endpoint, parsed.model, parsed.stream
+        runtime, request.request_id, key, endpoint, parsed.model, parsed.stream,
+        payload=parsed.payload, body_bytes=len(body),
     )
     try:
         await lifecycle.admit(demand_of(key, group, _preference(replicas, parsed, request.headers),

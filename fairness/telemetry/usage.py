@@ -160,6 +160,8 @@ def _row(event: UsageEvent) -> UsageRecord:
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
         tier=event.get("tier", "")[:40],
+        prompt_count_source=str(event.get("prompt_count_source", ""))[:12],
+        completion_count_source=str(event.get("completion_count_source", ""))[:12],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
 
