@@ -39,7 +39,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError, ResponseError
 
 from fairness.scheduling import fair_share
-from fairness.scheduling.limits import BudgetWindow, RateLimit, budget_spec, rate_spec
+from fairness.scheduling.limits import BudgetWindow, CompletionAsk, RateLimit, budget_spec, rate_spec
 from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
 from fairness.store import keyspace
 from fairness.store.cancelling import cancel_and_wait
@@ -126,6 +126,9 @@ class Demand:
     revocable: bool = False
     # Requests the tier lets wait across all its keys (None: no bound but the deployment's).
     max_queued_per_tier: int | None = None
+    # With budgets: its completion, limited to what they leave (the grant's completion_limit), and
+    # the estimate reserved is then that limit's (the grant's demand carries it).
+    completion: CompletionAsk | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class Grant:
     replica: str  # the replica whose slot the lease holds: the request goes there
     enqueued_at: float  # its place in line, kept when it moves to another replica
     budget_left: float | None = None  # the least any of its budgets had left once it was admitted
+    completion_limit: int | None = None  # the completion limit its budgets left it (demand.completion)
 
 
 class AdmissionRefused(Exception):
@@ -219,6 +223,13 @@ def _budget_left(reply: list[Any], state: int, before: float | None) -> float | 
     at = {1: 4, 0: 3}.get(state)
     left = text(reply[at]) if at is not None and len(reply) > at else ""
     return float(left) if left else before
+
+
+def _completion_limit(reply: list[Any], state: int, before: int | None) -> int | None:
+    """An acquire reply's completion limit, like its budget left."""
+    at = {1: 5, 0: 4}.get(state)
+    limit = text(reply[at]) if at is not None and len(reply) > at else ""
+    return int(limit) if limit else before
 
 
 def _limit_refusal(demand: Demand, reply: list[Any], now: float) -> AdmissionRefused:
@@ -355,10 +366,12 @@ class Admission:
         slots, and the wait has the demand's full max_wait_seconds."""
         self._held.pop(grant.lease_id, None)
         demand = replace(grant.demand, avoid=avoid)
-        return await self._wait_for_lease(demand, grant.lease_id, grant.enqueued_at, moving=True)
+        return await self._wait_for_lease(demand, grant.lease_id, grant.enqueued_at, moving=True,
+                                          completion_limit=grant.completion_limit)
 
     async def _wait_for_lease(
-        self, demand: Demand, handle: str, enqueued_at: float, *, moving: bool
+        self, demand: Demand, handle: str, enqueued_at: float, *, moving: bool,
+        completion_limit: int | None = None,
     ) -> Grant:
         await self._ensure_listener()
         deadline = self._clock() + demand.max_wait_seconds
@@ -383,6 +396,7 @@ class Admission:
                     self._half_life, demand.estimate, budget_spec(demand.budgets, self._clock()),
                     rate_spec(demand.rate_limits), int(demand.revocable and demand.borrow),
                     *self._queue_bounds(demand, bounded),
+                    demand.completion.spec() if demand.completion is not None and demand.budgets else "",
                 )  # fmt: skip
                 state = int(reply[0])
                 if state == -2:
@@ -395,6 +409,7 @@ class Admission:
                     raise _limit_refusal(demand, reply, self._clock())
                 moving = False  # the old lease is given back: a call again must not repeat it
                 budget_left = _budget_left(reply, state, budget_left)
+                completion_limit = _completion_limit(reply, state, completion_limit)
                 if state == 1:
                     turn = _turn(reply[1], reply[2], reply[3])
                     break
@@ -425,7 +440,11 @@ class Admission:
                     logger.warning("admission: could not withdraw ticket %s", handle, exc_info=True)
             raise
         self._forget(handle)
-        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left)
+        if completion_limit is not None and demand.completion is not None:
+            # What acquire reserved and charged: the release settles against the same.
+            demand = replace(demand, estimate=demand.completion.estimate(completion_limit))
+        grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left,
+                      completion_limit)
         self._held[handle] = grant
         self._wake_keeper()
         return grant

@@ -55,6 +55,23 @@ class RateLimit:
     words: str = ""  # "this key's 100 requests a minute"
 
 
+@dataclass(frozen=True)
+class CompletionAsk:
+    """A budgeted request's completion, for admission to limit to what its budgets leave: the
+    estimate is then its weighted prompt plus the granted limit at `weight` a token."""
+
+    prompt: float  # weighted prompt tokens (estimated)
+    weight: float  # weighted tokens of one completion token
+    most: int  # the most it would run to: its own limit, or what the context leaves
+    least: int  # the least worth running: below this it is refused as over budget
+
+    def spec(self) -> str:
+        return f"{self.prompt:.17g}~{self.weight:.17g}~{self.most}~{self.least}"
+
+    def estimate(self, limit: int) -> float:
+        return self.prompt + limit * self.weight
+
+
 def budget_spec(windows: tuple[BudgetWindow, ...], now: float) -> str:
     return ",".join(f"{w.field}~{w.ttl(now):.0f}~{w.limit:.17g}" for w in windows)
 

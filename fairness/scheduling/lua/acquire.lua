@@ -17,11 +17,15 @@
 --          back when needed (lib.lua)
 -- ARGV[29] max queued in the pool (tier) across its keys (-1 = no limit)
 -- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
--- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left}  granted now (no message is
---                                              published); budget left: the least any of its
---                                              budgets has left after its reservation, or ''
---          {0, member, hold, budget left}      queued; the grant comes by pub/sub. hold: until when
---                                              the group grants nothing (a restart), else 0
+-- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib.lua completion_room), or
+--          "": the estimate becomes its weighted prompt and the completion limit its budgets
+--          leave, and that is what is reserved, charged and answered (a limit below least: {-3})
+-- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no message
+--                                              is published); budget left: the least any of its
+--                                              budgets has left after its reservation, or '';
+--                                              limit: the completion limit granted, or ''
+--          {0, member, hold, budget left, limit}  queued; the grant comes by pub/sub. hold: until
+--                                              when the group grants nothing (a restart), else 0
 --          {-3, index}                         its index-th budget is used up
 --          {-4, index, seconds}                its index-th rate limit refuses it for that long
 --          {-1, retry_after_seconds, bound}    the key ('key'), its tier ('tier') or everyone
@@ -61,17 +65,26 @@ end
 -- Rate limits and budgets, for a new request (a moved one was admitted already): checked now,
 -- applied once it is sure to be granted or queued.
 local budgets, estimate, moving = ARGV[26], num(ARGV[25]), ARGV[19] == '1'
-local apply_rates, read = nil, {}
+local apply_rates, read, limit = nil, {}, ''
+local estimated = ARGV[25]
 if not moving then
-  if ARGV[27] ~= '' then
-    local refused, wait_or_apply = check_rates(ARGV[27], estimate)
-    if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
-    apply_rates = wait_or_apply
-  end
   if budgets ~= '' then
     read = read_budgets(budgets)
     local over = over_budget(read)
     if over then return {-3, over} end
+    -- The request runs on no more than its budgets leave, so concurrent ones cannot overspend.
+    if (ARGV[31] or '') ~= '' then
+      local tightest, granted = completion_room(read, ARGV[31])
+      if not granted then return {-3, tightest} end
+      local prompt, weight = string.match(ARGV[31], '^([^~]+)~([^~]+)~')
+      estimate = tonumber(prompt) + granted * tonumber(weight)
+      estimated, limit = string.format('%.17g', estimate), string.format('%.0f', granted)
+    end
+  end
+  if ARGV[27] ~= '' then
+    local refused, wait_or_apply = check_rates(ARGV[27], estimate)
+    if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
+    apply_rates = wait_or_apply
   end
 else
   budgets = ''  -- its reservation stands from its first admission; the release settles it
@@ -96,10 +109,10 @@ if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
   if borrowed then
     local left = admit_limits()
     local replica = choose_replica(group, pref, avoid)
-    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], ARGV[25], budgets, revocable,
+    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
       ARGV[16])
     ask_revocable(group)  -- the spare may be gone now
-    return {1, borrowed, string.format('%.6f', NOW - enq), replica, left}
+    return {1, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
   end
 end
 
@@ -150,8 +163,8 @@ end
 
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid, ARGV[21], ARGV[23], ARGV[25], budgets, revocable)
+  avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)
 pump_dirty()
 local g = GRANTED[handle]
-if g then return {1, g[1], string.format('%.6f', g[2]), g[3], left} end
-return {0, member, redis.call('HGET', NS .. 'hold', group) or '0', left}
+if g then return {1, g[1], string.format('%.6f', g[2]), g[3], left, limit} end
+return {0, member, redis.call('HGET', NS .. 'hold', group) or '0', left, limit}

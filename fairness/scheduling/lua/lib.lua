@@ -331,6 +331,24 @@ local function budget_remaining(read, amount)
   return low and string.format('%.0f', math.max(0, low)) or ''
 end
 
+-- The completion limit a request may run to within its budgets. `spec` is
+-- "prompt~weight~most~least": its weighted prompt tokens, one completion token's weight, the
+-- most it would run to, and the least worth running. Returns the index of the budget with the
+-- least room and the limit, or that index and nil when not even `least` fits.
+local function completion_room(read, spec)
+  local prompt, weight, most, least = string.match(spec, '^([^~]+)~([^~]+)~([^~]+)~([^~]+)$')
+  prompt, weight, most, least = tonumber(prompt), tonumber(weight), tonumber(most), tonumber(least)
+  local tightest, room = nil, nil
+  for i, b in ipairs(read) do
+    local left = b[3] - b[4]
+    if not room or left < room then tightest, room = i, left end
+  end
+  local limit = most
+  if weight > 0 then limit = math.min(most, math.floor((room - prompt) / weight)) end
+  if limit < least then return tightest, nil end
+  return tightest, limit
+end
+
 -- {name, per_minute, tokens} of each limit in `spec` ("name~per_minute~tokens,..."), and their
 -- theoretical arrival times in one call.
 local function read_rates(spec)
