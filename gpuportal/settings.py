@@ -388,6 +388,12 @@ GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
 GP_FAIRSHARE_HALF_LIFE_HOURS = envfloat("GP_FAIRSHARE_HALF_LIFE_HOURS", 168.0)
 GP_FAIRSHARE_WEIGHT_PROMPT = envfloat("GP_FAIRSHARE_WEIGHT_PROMPT", 1.0)
 GP_FAIRSHARE_WEIGHT_COMPLETION = envfloat("GP_FAIRSHARE_WEIGHT_COMPLETION", 2.0)
+# A budgeted request runs with its completion limit lowered to what its budgets leave; it is
+# refused (429 budget_exceeded) only when fewer than GP_BUDGET_MIN_COMPLETION_TOKENS fit. One that
+# names no limit is given at most GP_MODEL_CONTEXT_TOKENS less its prompt: the gateway does not
+# ask the engine its context, and a limit past it would be refused there.
+GP_BUDGET_MIN_COMPLETION_TOKENS = envint("GP_BUDGET_MIN_COMPLETION_TOKENS", 16)
+GP_MODEL_CONTEXT_TOKENS = envint("GP_MODEL_CONTEXT_TOKENS", 4096)
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 

@@ -14,14 +14,16 @@ from typing import Any
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import abandoned_work, accounting, budget_rules
+from fairness.gateway import abandoned_work, accounting, budget_rules, request_parsing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
+from fairness.gateway.request_parsing import ProxyRequest
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
 from fairness.scheduling import fair_share
 from fairness.scheduling.admission import BudgetExceeded, Demand, Grant, QueueFull, QueueTimeout, RateLimited
 from fairness.scheduling.directory import ReplicaInfo
+from fairness.scheduling.limits import CompletionAsk
 from fairness.store.redis_lane import Command, first_error
 
 log = logging.getLogger(__name__)
@@ -31,17 +33,36 @@ log = logging.getLogger(__name__)
 _DEFAULT_COMPLETION_ESTIMATE = 256
 
 
-def request_estimate(payload: dict[str, Any], body_bytes: int) -> float:
-    """The weighted tokens a request will likely charge, before it runs: about four bytes of
-    body per prompt token, and its max_tokens (the release settles the real count)."""
-    limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or _DEFAULT_COMPLETION_ESTIMATE
+def prompt_estimate(body_bytes: int) -> int:
+    """About four bytes of body per prompt token."""
+    return body_bytes // 4
+
+
+def request_estimate(request: ProxyRequest, body_bytes: int) -> float:
+    """The weighted tokens a request will likely charge, before it runs: its prompt estimate and
+    its completion limit as the engine reads it (the release settles the real count)."""
+    limit = request_parsing.completion_limit(request) or _DEFAULT_COMPLETION_ESTIMATE
     return fair_share.weighted_tokens(
-        body_bytes // 4, int(limit),
+        prompt_estimate(body_bytes), int(limit),
         settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
     )  # fmt: skip
 
 
-def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0) -> Demand:
+def completion_ask(request: ProxyRequest, body_bytes: int) -> CompletionAsk:
+    """What a budgeted request asks of its budgets: the engine's own limit for it, or, when it
+    runs to the end of the context, what the context leaves after its prompt."""
+    prompt = prompt_estimate(body_bytes)
+    stated = request_parsing.completion_limit(request)
+    least = settings.GP_BUDGET_MIN_COMPLETION_TOKENS
+    most = stated if stated is not None else max(least, settings.GP_MODEL_CONTEXT_TOKENS - prompt)
+    return CompletionAsk(prompt * settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
+                         most, min(least, most))
+
+
+def demand_of(
+    key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0,
+    completion: CompletionAsk | None = None,
+) -> Demand:
     tier = key.tier
     return Demand(
         key_id=str(key.id),
@@ -61,6 +82,7 @@ def demand_of(key: KeyInfo, group: str, preference: tuple[str, ...] = (), estima
         estimate=estimate,
         budgets=budget_rules.windows(key.budget_rules, time.time()) if key.budget_rules else (),
         rate_limits=key.rate_limits,
+        completion=completion if key.budget_rules else None,
     )
 
 
@@ -166,7 +188,6 @@ class RequestLifecycle:
         self.event["prompt_tokens"] = counted
         self.event["prompt_count_source"] = source
         await self._settle()
-
 
     async def _settle(self) -> None:
         """The lease back and the usage recorded, in one round trip. If that fails, the usage

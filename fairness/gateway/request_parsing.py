@@ -28,6 +28,25 @@ class ProxyRequest:
     model: str
     stream: bool
     wants_usage: bool  # the client asked for the final usage chunk of a stream
+    endpoint: str = CHAT
+
+
+# /v1/completions runs this many tokens when the body has no max_tokens at all (vLLM's default).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+def completion_limit(request: ProxyRequest) -> int | None:
+    """The completion limit the engine obeys, read as vLLM reads it, or None: it runs to the end
+    of the context. Chat: max_completion_tokens, else the deprecated max_tokens. Completions:
+    max_tokens only (the engine ignores max_completion_tokens there), 16 when absent, and an
+    explicit null runs to the end of the context."""
+    payload = request.payload
+    if request.endpoint == CHAT:
+        stated = payload.get("max_completion_tokens")
+        return stated if stated is not None else payload.get("max_tokens")
+    if "max_tokens" not in payload:
+        return COMPLETIONS_DEFAULT_MAX_TOKENS
+    return payload["max_tokens"]  # type: ignore[no-any-return]
 
 
 _ONE_SEQUENCE = ("is not accepted here: the gateway schedules one sequence per request so that each "
@@ -100,7 +119,7 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
     if options is not None and not isinstance(options, dict):
         raise _invalid("'stream_options' must be an object.", "stream_options")
     wants_usage = bool(options and options.get("include_usage"))
-    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage)
+    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage, endpoint=endpoint)
 
 
 # The common sampling parameters, checked for their type only (null means the default): a
@@ -180,16 +199,21 @@ def owner_cache_salt(owner_id: int) -> str:
 
 
 def upstream_body(
-    request: ProxyRequest, original: bytes, engine_priority: int | None, cache_salt: str | None = None
+    request: ProxyRequest, original: bytes, engine_priority: int | None, cache_salt: str | None = None,
+    max_completion: int | None = None,
 ) -> bytes:
     """The body to forward: the client's own bytes unless the gateway must add something.
 
     With `cache_salt` (a tier that isolates the prefix cache) the engine reuses cached prefixes
     only between requests of the same user; a client's own salt is overwritten, so nobody can
-    claim another user's.
+    claim another user's. With `max_completion` (what the key's budgets reserved) the engine
+    runs no further than that, whatever limit the client named or left out.
     """
     payload = request.payload
     changed = False
+    if max_completion is not None:
+        payload = _with_limit(payload, request.endpoint, max_completion)
+        changed = True
     if cache_salt is not None:
         payload = {**payload, "cache_salt": cache_salt}
         changed = True
@@ -214,3 +238,15 @@ def upstream_body(
         return json.dumps(payload).encode()
     except RecursionError:
         raise ApiError(400, "The request body is nested too deeply.", "invalid_json") from None
+
+
+def _with_limit(payload: dict[str, Any], endpoint: str, limit: int) -> dict[str, Any]:
+    """The field the engine obeys set to `limit`, and the other one no higher (an engine that
+    reads it instead stops in time too)."""
+    obeyed, other = "max_completion_tokens", "max_tokens"
+    if endpoint != CHAT:
+        obeyed, other = other, obeyed
+    payload = {**payload, obeyed: limit}
+    if payload.get(other) is not None and payload[other] > limit:
+        payload[other] = limit
+    return payload

@@ -20,10 +20,11 @@ from fairness.gateway import engine_client, request_parsing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
-from fairness.gateway.lifecycle import RequestLifecycle, demand_of, request_estimate
+from fairness.gateway.lifecycle import RequestLifecycle, completion_ask, demand_of, request_estimate
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
+from fairness.scheduling.admission import Grant
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ REPLICA_HEADER = "X-GPUPortal-Replica"
 QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
 # The least any budget over the key had left once this request's estimate was reserved.
 BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
+# The completion limit the request ran with, when its budgets left it less than it asked for (or
+# it named none): the engine was told this many tokens at most.
+LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
 SESSION_HEADER = "x-session-id"
 
 
@@ -118,8 +122,10 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         payload=parsed.payload, body_bytes=len(body),
     )
     try:
-        await lifecycle.admit(demand_of(key, group, _preference(replicas, parsed, request.headers),
-                                        estimate=request_estimate(parsed.payload, len(body))))
+        await lifecycle.admit(demand_of(
+            key, group, _preference(replicas, parsed, request.headers),
+            estimate=request_estimate(parsed, len(body)), completion=completion_ask(parsed, len(body)),
+        ))
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
             key.tier.engine_priority, caller=str(key.owner_id),
@@ -128,6 +134,9 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
         if lifecycle.grant is not None and lifecycle.grant.budget_left is not None:
             headers[BUDGET_HEADER] = f"{lifecycle.grant.budget_left:.0f}"
+        lowered = _lowered(parsed, lifecycle.grant)
+        if lowered is not None:
+            headers[LOWERED_HEADER] = str(lowered)
         if response.status_code != 200:
             error = await _engine_error(response, replica)
             await lifecycle.close(error.status)
@@ -144,6 +153,14 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
     except BaseException:
         await asyncio.shield(lifecycle.close(502))
         raise
+
+
+def _lowered(parsed: request_parsing.ProxyRequest, grant: Grant | None) -> int | None:
+    """The completion limit the budgets set, if below the one the request would have run to."""
+    if grant is None or grant.completion_limit is None:
+        return None
+    stated = request_parsing.completion_limit(parsed)
+    return grant.completion_limit if stated is None or grant.completion_limit < stated else None
 
 
 def _preference(
@@ -178,7 +195,8 @@ async def _forward(
         last = attempt == 1 or len(replicas) == 1
         lifecycle.bind(replica)
         data = request_parsing.upstream_body(
-            parsed, body, engine_priority if replica.priority_policy else None, cache_salt
+            parsed, body, engine_priority if replica.priority_policy else None, cache_salt,
+            max_completion=grant.completion_limit,
         )
         try:
             response = await engine_client.open_stream(replica, path, data, request_id)
