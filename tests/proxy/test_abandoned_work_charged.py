@@ -8,10 +8,10 @@ import httpx
 import pytest
 
 from fairness.gateway import abandoned_work
-from fairness.models import ApiKey, UsageRecord
+from fairness.models import ApiKey, Budget, UsageRecord
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
+from fairness.telemetry import budget_status, usage
 from tests.conftest import MODEL
 from tests.fair_sharing.test_fair_share_live import live_usage
 from tests.polling import wait_for
@@ -71,6 +71,7 @@ def test_a_stream_cut_after_its_first_token_is_charged_its_whole_prompt(gateway,
 
 
 def test_a_whole_answer_abandoned_is_charged_its_prompt(gateway, replica, cast, sim):
+    budget = Budget.objects.create(key_id=cast["bob"].key_id, tokens=1_000_000, period=Budget.Period.DAY)
     headers = {"authorization": f"Bearer {cast['bob'].secret}"}
     with contextlib.suppress(httpx.ReadTimeout):  # the client gives up, closing its connection
         httpx.post(gateway.url + "/v1/chat/completions", json=LONG, headers=headers, timeout=1.0)
@@ -87,6 +88,7 @@ def test_a_whole_answer_abandoned_is_charged_its_prompt(gateway, replica, cast, 
     assert record.completion_tokens == 0 and record.completion_count_source == "unknown"
     charged = live_usage()[0][association(cast["bob"])]
     assert charged == pytest.approx(record.prompt_tokens, rel=0.01)
+    assert budget_status.status_of([budget])[0].used == pytest.approx(record.prompt_tokens, rel=0.01)
 
 
 def test_a_finished_request_says_its_counts_are_the_engines(gateway, replica, cast):
