@@ -4,6 +4,7 @@ engines, probes, scrapes, webhooks) on a pooled httpx client per event loop; err
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
 from collections.abc import Mapping
 
@@ -141,9 +142,15 @@ async def tokenize(replica: ReplicaInfo, body: Mapping[str, object], timeout: fl
     """The replica's own count of a prompt (vLLM's POST /tokenize), or None when it gives none:
     an engine without the endpoint, an error, an answer that is not a count."""
     headers = {"authorization": f"Bearer {replica.api_key}"} if replica.api_key else {}
+    pooled = client()
+    request = pooled.build_request("POST", replica.base_url + "/tokenize", json=body, headers=headers, timeout=timeout)
     try:
-        response = await client().post(replica.base_url + "/tokenize", json=body, headers=headers, timeout=timeout)
-        count = response.json().get("count") if response.status_code == 200 else None
+        response = await pooled.send(request, stream=True)
+        try:  # its token ids too, so at most what any engine answer may be
+            raw = await _read_capped(response, settings.GP_MAX_ENGINE_RESPONSE_BYTES)
+        finally:
+            await response.aclose()
+        count = json.loads(raw).get("count") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
         return None
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
