@@ -124,7 +124,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
     try:
         await lifecycle.admit(demand_of(
             key, group, _preference(replicas, parsed, request.headers),
-            estimate=request_estimate(parsed, len(body)), completion=completion_ask(parsed, len(body)),
+            estimate=request_estimate(parsed, len(body)),
+            completion=completion_ask(parsed, len(body)) if key.budget_rules else None,  # no budgets: no work
         ))
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
