@@ -133,3 +133,23 @@ def test_enginesim_speaks_the_real_engines_metric_names(vllm_pair):
     for snapshot in (real_snapshot, sim_snapshot):
         assert snapshot.prefix_cache_queries is not None and snapshot.generation_tokens is not None
         assert snapshot.kv_capacity_tokens and 0.0 <= snapshot.kv_usage <= 1.0
+
+
+def test_a_stream_cut_after_its_first_token_is_charged_the_prompt_vllm_counted(cast, gateway, engine_replicas):
+    headers = {"authorization": f"Bearer {cast['alice'].secret}"}
+    messages = [{"role": "user", "content": "The weather in spring turns from rain to sun. " * 30}]
+    whole = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=120,
+                       json={"model": TINY, "messages": messages, "max_tokens": 1})  # fmt: skip
+    assert whole.status_code == 200
+    prompt = whole.json()["usage"]["prompt_tokens"]  # vLLM's own count, from a finished request
+    assert 100 < prompt < 700
+    body = {"model": TINY, "messages": messages, "max_tokens": 1024 - prompt - 8, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers,
+                      timeout=120) as response:  # fmt: skip
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        assert next(line for line in response.iter_lines() if '"content"' in line)
+    record = recorded(request_id)
+    assert record.status == 499 and record.prompt_count_source == "tokenize"
+    assert abs(record.prompt_tokens - prompt) <= 0.1 * prompt, (record.prompt_tokens, prompt)
+    assert 0 < record.completion_tokens < body["max_tokens"]
