@@ -360,6 +360,23 @@ class ApiKey(Credential, models.Model):
         help_text="Who issued it: staff, or its owner on their own page; empty for a command.",
     )
     expiry_noticed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # A front end (Open WebUI) speaks for many people through one key: each request names its
+    # person, and that person's limits, share and budgets apply (gateway/front_end_people.py).
+    front_end = models.CharField(
+        max_length=16, blank=True, choices=[("", "None: the key speaks for its owner"), ("openwebui", "Open WebUI")],
+        help_text="Requests through it name the person asking (Open WebUI's forwarded user).",
+    )
+    # The front end's JWT signing secret, sealed with the portal's SECRET_KEY (front_end_secrets.py):
+    # the gateway must check signatures with it, so it cannot be stored as a hash.
+    front_end_secret = models.TextField(blank=True, editable=False)
+    front_end_trusts_plain_headers = models.BooleanField(
+        default=False,
+        help_text="Accept the unsigned X-OpenWebUI-User-* headers. Weaker: anyone holding the key can name any person.",
+    )
+    front_end_adds_people = models.BooleanField(
+        default=True,
+        help_text="A person the portal does not know yet is added on first sight, as a member of this key's account.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -442,6 +459,11 @@ class UsageRecord(models.Model):
     """One proxied request, written in batches off the request path."""
 
     key = models.ForeignKey(ApiKey, models.CASCADE, related_name="usage")
+    # Who asked: the key's owner, or the person a front-end key spoke for. (Null only for a row
+    # written around the gateway; migration 0023 filled in the older ones from their keys.)
+    person = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.CASCADE, null=True, blank=True, related_name="usage_asked",
+    )
     request_id = models.CharField(max_length=40)
     endpoint = models.CharField(max_length=40)
     model = models.CharField(max_length=200)
@@ -450,6 +472,9 @@ class UsageRecord(models.Model):
     stream = models.BooleanField(default=False)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the engine found in its prefix cache (already in prompt_tokens).",
+    )
     queued_ms = models.PositiveIntegerField(default=0)
     ttft_ms = models.PositiveIntegerField(null=True)
     latency_ms = models.PositiveIntegerField(default=0)
@@ -468,7 +493,10 @@ class UsageRecord(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["key", "created_at"])]
+        indexes = [
+            models.Index(fields=["key", "created_at"]),
+            models.Index(fields=["person", "created_at"], name="usage_person_time"),
+        ]
         # One row per request: the gateway may push an event again (telemetry/usage.py).
         constraints = [models.UniqueConstraint(fields=["request_id"], name="usage_one_row_per_request")]
 
