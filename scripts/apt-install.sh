@@ -8,5 +8,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 echo "Installing $* ..."
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+# Another install may be under way (two setup steps started at once): wait for its lock.
+wait_lock=(-o DPkg::Lock::Timeout=600)
+apt-get "${wait_lock[@]}" update -qq
+apt-get "${wait_lock[@]}" install -y -qq --no-install-recommends "$@" >/dev/null
