@@ -464,6 +464,11 @@ class UsageRecord(models.Model):
     person = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.CASCADE, null=True, blank=True, related_name="usage_asked",
     )
+    # The association its work was charged to (fair share, and the budgets of it and its accounts):
+    # the key's, or that of the person a front end spoke for in the front end's account.
+    membership = models.ForeignKey(
+        Membership, models.SET_NULL, null=True, blank=True, related_name="usage",
+    )
     request_id = models.CharField(max_length=40)
     endpoint = models.CharField(max_length=40)
     model = models.CharField(max_length=200)
@@ -496,6 +501,7 @@ class UsageRecord(models.Model):
         indexes = [
             models.Index(fields=["key", "created_at"]),
             models.Index(fields=["person", "created_at"], name="usage_person_time"),
+            models.Index(fields=["membership", "created_at"], name="usage_membership_time"),
         ]
         # One row per request: the gateway may push an event again (telemetry/usage.py).
         constraints = [models.UniqueConstraint(fields=["request_id"], name="usage_one_row_per_request")]

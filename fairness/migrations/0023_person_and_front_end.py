@@ -5,10 +5,13 @@ from django.db.models import OuterRef, Subquery
 
 
 def asked_by_key_owner(apps, schema_editor):
-    """Rows written before the person was recorded were all asked by their key's owner."""
+    """Rows written before the person was recorded were all asked by their key's owner, and
+    charged its association."""
     usage, keys = apps.get_model("fairness", "UsageRecord"), apps.get_model("fairness", "ApiKey")
-    owner = keys.objects.filter(pk=OuterRef("key_id")).values("owner_id")[:1]
-    usage.objects.filter(person__isnull=True).update(person_id=Subquery(owner))
+    key = keys.objects.filter(pk=OuterRef("key_id"))
+    usage.objects.filter(person__isnull=True).update(
+        person_id=Subquery(key.values("owner_id")[:1]), membership_id=Subquery(key.values("membership_id")[:1]),
+    )
 
 
 class Migration(migrations.Migration):
@@ -49,9 +52,18 @@ class Migration(migrations.Migration):
             name='person',
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='usage_asked', to=settings.AUTH_USER_MODEL),
         ),
+        migrations.AddField(
+            model_name='usagerecord',
+            name='membership',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='usage', to='fairness.membership'),
+        ),
         migrations.AddIndex(
             model_name='usagerecord',
             index=models.Index(fields=['person', 'created_at'], name='usage_person_time'),
+        ),
+        migrations.AddIndex(
+            model_name='usagerecord',
+            index=models.Index(fields=['membership', 'created_at'], name='usage_membership_time'),
         ),
         migrations.RunPython(asked_by_key_owner, migrations.RunPython.noop),
     ]
