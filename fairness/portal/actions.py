@@ -23,6 +23,7 @@ from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import AdminToken, ApiKey, AuditEntry, Batch, Membership, Replica, SaturationAlert, Tier
 from fairness.portal import account_origin
+from fairness.portal.front_end_keys import NONE, FrontEnd
 from fairness.portal.keys import issue_key, mint_secret
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ def _masked_value(value: str) -> str:
 
 @transaction.atomic
 def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
-          expires_at: dt.datetime | None = None, membership: Membership | None = None) -> tuple[ApiKey, str]:
+          expires_at: dt.datetime | None = None, membership: Membership | None = None,
+          front_end: FrontEnd = NONE) -> tuple[ApiKey, str]:
     """Raises ValidationError for a deactivated owner (every gateway refuses their keys anyway)
     or an association that is not the owner's. No `membership`: the owner's default account."""
     if not owner.is_active:
@@ -110,11 +112,24 @@ def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
     if membership is not None and membership.user_id != owner.pk:
         raise ValidationError({"account": f"{owner.get_username()} is not a member of {membership.account}."})
     key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership,
-                            created_by=actor.user)
+                            created_by=actor.user, front_end=front_end)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
           account=key.membership.account.name if key.membership else None,
-          expires_at=expires_at.isoformat() if expires_at else None)
+          expires_at=expires_at.isoformat() if expires_at else None,
+          **(front_end.audit_detail() if front_end.kind else {}))
     return key, secret
+
+
+@transaction.atomic
+def set_front_end(actor: Actor, key: ApiKey, front_end: FrontEnd) -> ApiKey:
+    """Saving the key bumps the config epoch (signals.py): every gateway reloads it at once."""
+    before = FrontEnd.of(key)
+    for field, value in front_end.fields().items():
+        setattr(key, field, value)
+    key.save(update_fields=list(front_end.fields()))
+    audit(actor, "key.front_end", key.prefix, owner=key.owner.get_username(), **front_end.audit_detail(),
+          secret_replaced=bool(front_end.sealed_secret) and front_end.sealed_secret != before.sealed_secret)
+    return key
 
 
 @transaction.atomic
@@ -133,8 +148,9 @@ def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0,
     expires_at = key.expires_at
     if latest_expiry is not None and (expires_at is None or latest_expiry < expires_at):
         expires_at = latest_expiry
+    # The new key speaks for the same front end: otherwise its people would all charge its owner.
     new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=expires_at,
-                            membership=key.membership, created_by=actor.user)
+                            membership=key.membership, created_by=actor.user, front_end=FrontEnd.of(key))
     if grace_seconds > 0:
         ends = timezone.now() + dt.timedelta(seconds=grace_seconds)
         key.expires_at = min(ends, key.expires_at) if key.expires_at else ends

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
 from fairness.models import ApiKey, Membership, Tier
+from fairness.portal.front_end_keys import NONE, FrontEnd
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -29,10 +30,12 @@ def issue_key(
     expires_at: dt.datetime | None = None,
     membership: Membership | None = None,
     created_by: User | None = None,
+    front_end: FrontEnd = NONE,
 ) -> tuple[ApiKey, str]:
     """Create a key; the secret is returned once and never stored. It charges `membership`
     (the owner's association with an account), by default the owner's default one. `created_by`:
-    who made it (staff, or the owner on their own page); None for a command."""
+    who made it (staff, or the owner on their own page); None for a command. `front_end`: the
+    front end it speaks for, already checked (front_end_keys.requested)."""
     from fairness.portal.accounts import default_membership  # accounts audits through actions
 
     if membership is None:
@@ -52,6 +55,7 @@ def issue_key(
                     expires_at=expires_at,
                     membership=membership,
                     created_by=created_by,
+                    **front_end.fields(),
                 )
             return key, secret
         except IntegrityError:  # a prefix collision: vanishingly rare, try another secret

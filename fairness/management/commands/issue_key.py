@@ -1,3 +1,5 @@
+import sys
+from pathlib import Path
 from typing import cast
 
 from django.contrib.auth import get_user_model
@@ -9,6 +11,7 @@ from django.db.models import Field
 from fairness.management.audited import AuditedCommand
 from fairness.models import ApiKey, Tier
 from fairness.portal import actions
+from fairness.portal.front_end_keys import KINDS, NONE, FrontEnd, requested
 from fairness.portal.keys import expiry_in_days
 
 LABEL_MAX = cast(int, ApiKey._meta.get_field("label").max_length)  # a CharField's: always set
@@ -24,8 +27,19 @@ class Command(AuditedCommand):
         parser.add_argument("--tier", required=True)
         parser.add_argument("--label", default="")
         parser.add_argument("--expires-days", type=int, default=None)
+        parser.add_argument("--front-end", choices=sorted(KINDS), default=None,
+                            help="The key is a shared front end's: each request names the person asking.")
+        parser.add_argument("--jwt-secret-file", default=None, metavar="PATH",
+                            help="A file holding the front end's JWT signing secret (Open WebUI's "
+                                 "FORWARD_USER_INFO_HEADER_JWT_SECRET), or - for standard input.")
+        parser.add_argument("--trust-plain-headers", action="store_true",
+                            help="Accept the unsigned X-OpenWebUI-User-* headers too (anyone with the key "
+                                 "can then name any person).")
+        parser.add_argument("--no-add-people", action="store_true",
+                            help="Refuse a person the portal does not know instead of adding them.")
 
-    def handle(self, *args, user, tier, label, expires_days, create_user, **options):
+    def handle(self, *args, user, tier, label, expires_days, create_user, front_end=None, jwt_secret_file=None,
+               trust_plain_headers=False, no_add_people=False, **options):
         try:
             tier_obj = Tier.objects.get(name=tier)
         except Tier.DoesNotExist:
@@ -35,6 +49,7 @@ class Command(AuditedCommand):
             raise CommandError("--expires-days must be at least 1")
         if len(label) > LABEL_MAX or "\x00" in label:
             raise CommandError(f"--label: at most {LABEL_MAX} characters, no NUL")
+        front = self.requested_front_end(front_end, jwt_secret_file, trust_plain_headers, no_add_people)
         User = get_user_model()
         owner = User.objects.filter(**{User.USERNAME_FIELD: user}).first()
         created = owner is None
@@ -52,10 +67,36 @@ class Command(AuditedCommand):
             with transaction.atomic():  # no new user without the key it was created for
                 if owner is None:  # created
                     owner = actions.create_user(actor, user)
-                key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days))
+                key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days),
+                                            front_end=front)
         except ValidationError as exc:  # a deactivated owner
             raise CommandError(" ".join(exc.messages)) from None
         if created:
             self.stdout.write(f"Created user {user}.")
+        if front.kind:
+            self.stdout.write(f"It speaks for {KINDS[front.kind]}: each request names the person asking.")
         self.stdout.write(f"Issued key {key.prefix}… for {user} on tier {tier}. Store the secret now:")
         self.stdout.write(secret)
+
+    def requested_front_end(self, kind: str | None, secret_file: str | None, trust_plain_headers: bool,
+                            no_add_people: bool) -> FrontEnd:
+        if kind is None:
+            if secret_file is not None or trust_plain_headers or no_add_people:
+                raise CommandError("--jwt-secret-file, --trust-plain-headers and --no-add-people need --front-end")
+            return NONE
+        if secret_file is None and not trust_plain_headers:
+            raise CommandError("--front-end needs --jwt-secret-file (the secret the front end signs with), "
+                               "or --trust-plain-headers")
+        secret = None if secret_file is None else self.read_secret(secret_file)
+        try:
+            return requested(kind, secret, trust_plain_headers, adds_people=not no_add_people)
+        except ValidationError as exc:  # the messages name no part of the secret
+            raise CommandError(f"--jwt-secret-file: {' '.join(exc.messages)}") from None
+
+    def read_secret(self, path: str) -> str:
+        try:
+            return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            # The reason, not the content: a decoding error would quote the bytes it choked on.
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise CommandError(f"--jwt-secret-file {path}: {reason}") from None
