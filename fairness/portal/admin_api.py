@@ -25,6 +25,8 @@ from fairness.gateway.api_keys import hash_secret
 from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
+from fairness.portal.front_end_keys import FrontEnd, changed, requested
+from fairness.portal.front_end_secrets import MAX_SECRET_CHARS
 from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 
@@ -83,6 +85,13 @@ class Input(Schema):
 
 # -- keys ---------------------------------------------------------------------------------------
 
+FrontEndKind = Literal["", "openwebui"]
+FRONT_END = "A shared front end the key speaks for (Open WebUI): each request names the person asking."
+JWT_SECRET = ("The front end's JWT signing secret (Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET), at least "
+              "32 bytes; stored sealed and never shown again.")
+TRUSTS_PLAIN_HEADERS = "Also accept the unsigned X-OpenWebUI-User-* headers (anyone with the key can name anyone)."
+ADDS_PEOPLE = "Add a person the portal does not know yet on first sight, to the key's account."
+
 class IssuedKey(Schema):
     key: KeyOut
     secret: str = Field(description="Shown once: store it now, it cannot be shown again.")
@@ -95,6 +104,20 @@ class KeyIn(Input):
     expires_days: int | None = Field(None, ge=1, le=3650)
     account: str | None = Field(None, max_length=100, description="The account whose share the key charges, "
                                 "one its owner is a member of; leave out for the owner's default account.")
+    front_end: FrontEndKind = Field("", description=FRONT_END)
+    front_end_jwt_secret: str | None = Field(None, max_length=MAX_SECRET_CHARS, description=JWT_SECRET)
+    front_end_trusts_plain_headers: bool = Field(False, description=TRUSTS_PLAIN_HEADERS)
+    front_end_adds_people: bool = Field(True, description=ADDS_PEOPLE)
+
+
+class KeyPatch(Input):
+    """Only what is given changes; every gateway reloads the key within a second."""
+
+    front_end: FrontEndKind | None = Field(None, description=FRONT_END + " Empty turns it off, secret and all.")
+    front_end_jwt_secret: str | None = Field(None, max_length=MAX_SECRET_CHARS,
+                                             description=JWT_SECRET + " Leave out to keep the one set.")
+    front_end_trusts_plain_headers: bool | None = Field(None, description=TRUSTS_PLAIN_HEADERS)
+    front_end_adds_people: bool | None = Field(None, description=ADDS_PEOPLE)
 
 
 class RotateIn(Input):
@@ -149,8 +172,10 @@ def issue_key(request, data: KeyIn):
     if not owner.is_active:  # checked before the idempotency record: a refusal makes nothing to name
         raise HttpError(422, f"owner: {data.owner!r} is deactivated; keys are for active users only")
     membership = named_membership(owner, data.account) if data.account is not None else None
+    front_end = checked_front_end(lambda: requested(data.front_end, data.front_end_jwt_secret,
+                                                    data.front_end_trusts_plain_headers, data.front_end_adds_people))
     with idempotent(request) as record:
-        key, secret = actions.issue(actor(request), owner, tier, data.label, expires, membership)
+        key, secret = actions.issue(actor(request), owner, tier, data.label, expires, membership, front_end)
         record(key.prefix)
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
 
@@ -163,6 +188,25 @@ def named_membership(owner, account: str) -> Membership:
         raise HttpError(422, f"account: no account named {account!r}")
     raise HttpError(400, f"account: {owner.get_username()!r} is not a member of {account!r}; "
                          f"add them with POST /api/admin/accounts/{account}/members first")
+
+
+def checked_front_end(make: Callable[[], FrontEnd]) -> FrontEnd:
+    try:
+        return make()
+    except ValidationError as exc:  # named as this API names the fields
+        named = {f if f.startswith("front_end") else f"front_end_{f}": m for f, m in exc.message_dict.items()}
+        raise invalid(ValidationError(named)) from None
+
+
+@router.patch("/keys/{prefix}", response=KeyOut, summary="Change whether a key is a front end's, and how")
+def update_key(request, prefix: str, data: KeyPatch):
+    key = get_object_or_404(ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by"),
+                            prefix=prefix)
+    if key.revoked_at is not None:
+        raise HttpError(409, "This key is revoked; issue a new one instead.")
+    front_end = checked_front_end(lambda: changed(FrontEnd.of(key), data.front_end, data.front_end_jwt_secret,
+                                                  data.front_end_trusts_plain_headers, data.front_end_adds_people))
+    return key_out(actions.set_front_end(actor(request), key, front_end))
 
 
 @router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")

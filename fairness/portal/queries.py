@@ -44,6 +44,12 @@ class KeyOut(Schema):
         None, description="Who made it: a staff member, or its owner on their own page; null: a command (or "
         "made before this was recorded)."
     )
+    front_end: str = Field("", description="The shared front end it speaks for (\"openwebui\"): each request "
+                           "names the person asking. Empty: the key speaks for its owner.")
+    front_end_trusts_plain_headers: bool = Field(False, description="It also accepts the front end's unsigned "
+                                                 "user headers.")
+    front_end_adds_people: bool = Field(True, description="A person the portal does not know yet is added "
+                                        "on first sight.")
 
 
 def key_out(
@@ -56,6 +62,8 @@ def key_out(
         last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
         account=key.membership.account.name if key.membership else None,
         created_by=key.created_by.get_username() if key.created_by else None,
+        front_end=key.front_end, front_end_trusts_plain_headers=key.front_end_trusts_plain_headers,
+        front_end_adds_people=key.front_end_adds_people,
     )
 
 
