@@ -15,6 +15,7 @@ from django.utils import timezone
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import Account, ApiKey, Membership, Replica, Tier, check_allowed_models
 from fairness.portal import submit_once
+from fairness.portal.front_end_forms import FrontEndFields
 from fairness.portal.self_service import memberships
 
 User = get_user_model()
@@ -98,7 +99,8 @@ class SubmitOnceForm(NoColon, forms.Form):
     )
 
 
-class IssueKeyForm(SubmitOnceForm):
+class IssueKeyForm(FrontEndFields, SubmitOnceForm):
+    field_order = ["owner", "tier", "label", "expires_days", "account"]  # the front end's fields after
     owner = forms.ModelChoiceField(
         queryset=User.objects.filter(is_active=True).order_by("username"), to_field_name="username"
     )

@@ -22,13 +22,15 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.debug import sensitive_variables
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST, require_safe
 
 from fairness.models import ApiKey, AuditEntry, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import IssueKeyForm, RotateKeyForm, TierForm
+from fairness.portal.front_end_forms import FrontEndForm
+from fairness.portal.front_end_keys import KINDS
 from fairness.portal.queries import (
     DEFAULT_KEY_SORT,
     KEY_SORTS,
@@ -180,7 +182,8 @@ def keys_load(request: SignedInRequest) -> JsonResponse:
 
 
 @staff_required
-@sensitive_variables("secret")
+@sensitive_post_parameters("jwt_secret")
+@sensitive_variables("secret", "data")
 def issue_key(request: SignedInRequest) -> HttpResponse:
     form = IssueKeyForm(request.POST or None, initial={"owner": request.GET.get("owner")})
     if request.method == "POST" and form.is_valid():
@@ -188,7 +191,7 @@ def issue_key(request: SignedInRequest) -> HttpResponse:
         try:
             with submit_once.first_submission(data["once"]) as record:
                 key, secret = actions.issue(_actor(request), data["owner"], data["tier"], data["label"],
-                                               form.expires_at(), data.get("membership"))
+                                            form.expires_at(), data.get("membership"), data["front_end"])
                 record(key.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)
@@ -207,6 +210,25 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.success(request, f"Revoked {key.prefix}… of {key.owner}. Every gateway refuses it within a second.")
         return redirect("staff-keys")
     return render(request, "staff/key_revoke.html", {"key": key})
+
+
+@staff_required
+@sensitive_post_parameters("jwt_secret")
+@sensitive_variables("form")
+def front_end_key(request: SignedInRequest, prefix: str) -> HttpResponse:
+    """Whether the key is a front end's, its JWT secret and its modes; gateways follow within a second."""
+    key = _get_key_for_user(request.user, prefix)
+    if key.revoked_at is not None:
+        messages.error(request, f"{key.prefix}… is revoked; issue a new key instead.")
+        return redirect("staff-keys")
+    form = FrontEndForm(request.POST or None, key=key)
+    if request.method == "POST" and form.is_valid():
+        front_end = form.cleaned_data["front_end"]
+        actions.set_front_end(_actor(request), key, front_end)
+        said = f"speaks for {KINDS[front_end.kind]}" if front_end.kind else "speaks for its owner only"
+        messages.success(request, f"Saved: {key.prefix}… {said}. Every gateway follows within a second.")
+        return redirect("staff-keys")
+    return render(request, "staff/key_front_end.html", {"key": key, "form": form})
 
 
 class AlreadyRotated(Exception):

@@ -45,6 +45,7 @@ urlpatterns = [
     path("staff/keys/issue/", staff_pages.issue_key, name="staff-key-issue"),
     path("staff/keys/<str:prefix>/revoke/", staff_pages.revoke_key, name="staff-key-revoke"),
     path("staff/keys/<str:prefix>/rotate/", staff_pages.rotate_key, name="staff-key-rotate"),
+    path("staff/keys/<str:prefix>/front-end/", staff_pages.front_end_key, name="staff-key-front-end"),
     path("staff/users/", staff_user_pages.users, name="staff-users"),
     path("staff/users/new/", staff_user_pages.create_user, name="staff-user-create"),
     # `path`, not `str`: a username made before names were checked may hold a "/", and one such
