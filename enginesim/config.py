@@ -41,6 +41,8 @@ class SimConfig:
     instant: bool = False
     api_key: str | None = None
     default_max_tokens: int = 16
+    # vLLM's flag: usage carries prompt_tokens_details.cached_tokens (else null).
+    enable_prompt_tokens_details: bool = False
     log_level: str = "warning"
     faults: Faults = field(default_factory=Faults)
 
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="no timing: answer at once with max_tokens tokens (for overhead benchmarks)")
     add("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     add("--default-max-tokens", type=int, default=16, help="max_tokens when a request has none")
+    add("--enable-prompt-tokens-details", action="store_true",
+        help="report usage.prompt_tokens_details.cached_tokens, the prompt tokens found in the prefix cache")
     add("--fail-health", action="store_true", help="start with /health answering 503")
     add("--error-500", action="store_true", help="start with completions answering 500")
     add("--stall", action="store_true", help="start with completions never answering")
@@ -124,6 +128,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         instant=ns.instant,
         api_key=ns.api_key,
         default_max_tokens=ns.default_max_tokens,
+        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         log_level=ns.log_level,
         faults=Faults(health_fail=ns.fail_health, error_500=ns.error_500, stall=ns.stall,
                       error_500_marker=ns.error_500_marker),

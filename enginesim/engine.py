@@ -76,6 +76,10 @@ class Sequence:
     scheduled_at: float | None = None
     first_token_at: float | None = None
     hashed: list[int] = field(default_factory=list)  # cached blocks referenced
+    # Prompt tokens found in the prefix cache when first scheduled (vLLM's num_cached_tokens:
+    # a preempted sequence's later re-admission does not change it).
+    num_cached_tokens: int = 0
+    _admitted: bool = False
     plain: int = 0  # uncached blocks held
     _waiter: asyncio.Future[None] | None = None
 
@@ -244,6 +248,9 @@ class Engine:
                 seq.hashed.append(block_hash)
                 seq.plain -= 1
         cached = hit_blocks * self.block_size
+        if not seq._admitted:
+            seq._admitted = True
+            seq.num_cached_tokens = min(cached, seq.prompt_len)
         self.stats.prefix_queries += total
         self.stats.prefix_hits += cached
         return total - cached

@@ -190,20 +190,23 @@ def tokenize(body: bytes, config: SimConfig) -> bytes:
     return dumps({"count": count, "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None})
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """vLLM's usage object; `cached_tokens` None when it runs without --enable-prompt-tokens-details
+    (its details are then null, in whole answers and streams alike)."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
+        "prompt_tokens_details": None if cached_tokens is None else {"cached_tokens": cached_tokens},
     }
 
 
 class ReplyWriter:
     """Renders one request's reply: a whole JSON body, or its SSE events piece by piece."""
 
-    def __init__(self, request: CompletionRequest, model_json: str) -> None:
+    def __init__(self, request: CompletionRequest, model_json: str, prompt_tokens_details: bool = False) -> None:
         self.request = request
+        self.prompt_tokens_details = prompt_tokens_details
         chat = request.chat
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{_ID_PREFIX}{next(_ids):x}"
         self.created = int(time.time())
@@ -237,16 +240,20 @@ class ReplyWriter:
         events.append(f'{open_}{pieces[-1]}{self._close}{end},"stop_reason":null}}]}}\n\n')
         return "".join(events)
 
-    def usage_event(self, completion_tokens: int) -> str:
-        body = dumps(usage(self.request.prompt_tokens, completion_tokens)).decode()
+    def _usage(self, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+        cached = cached_tokens if self.prompt_tokens_details else None
+        return usage(self.request.prompt_tokens, completion_tokens, cached)
+
+    def usage_event(self, completion_tokens: int, cached_tokens: int = 0) -> str:
+        body = dumps(self._usage(completion_tokens, cached_tokens)).decode()
         return f'data: {self._head}[],"usage":{body}}}\n\n'
 
-    def tail_events(self, completion_tokens: int) -> str:
+    def tail_events(self, completion_tokens: int, cached_tokens: int = 0) -> str:
         if self.request.include_usage:
-            return self.usage_event(completion_tokens) + DONE_EVENT
+            return self.usage_event(completion_tokens, cached_tokens) + DONE_EVENT
         return DONE_EVENT
 
-    def full_body(self, model: str, completion_tokens: int, finish_reason: str) -> bytes:
+    def full_body(self, model: str, completion_tokens: int, finish_reason: str, cached_tokens: int = 0) -> bytes:
         text = "".join(output_pieces(self.request.seed, 0, completion_tokens))
         choice: dict[str, Any]
         if self.request.chat:
@@ -266,5 +273,5 @@ class ReplyWriter:
             "created": self.created,
             "model": model,
             "choices": [choice],
-            "usage": usage(self.request.prompt_tokens, completion_tokens),
+            "usage": self._usage(completion_tokens, cached_tokens),
         })

@@ -249,7 +249,7 @@ class EngineSimApp:
         except ApiError as error:
             await respond_error(send, error)
             return
-        writer = ReplyWriter(request, self.model_json)
+        writer = ReplyWriter(request, self.model_json, self.config.enable_prompt_tokens_details)
         if isinstance(self.engine, InstantEngine):
             await self._instant(request, writer, send)
         else:
@@ -298,7 +298,7 @@ class EngineSimApp:
                 if seq.state is State.FINISHED:
                     assert seq.finish_reason is not None
                     await respond(send, 200, writer.full_body(self.config.model, seq.generated,
-                                                              seq.finish_reason))
+                                                              seq.finish_reason, seq.num_cached_tokens))
         finally:
             watcher.cancel()
             engine.abort(seq)  # no-op once finished; frees the slot on any other way out
@@ -318,7 +318,7 @@ class EngineSimApp:
             events = writer.role_event() if seen == 0 and writer.request.chat else ""
             events += writer.token_events(seen, produced, seq.finish_reason if last else None)
             if last:
-                events += writer.tail_events(produced)
+                events += writer.tail_events(produced, seq.num_cached_tokens)
             await send({"type": "http.response.body", "body": events.encode(),
                         "more_body": not last})
             seen = produced
