@@ -388,6 +388,14 @@ GP_HEALTH_COOLDOWN_SECONDS = envfloat("GP_HEALTH_COOLDOWN_SECONDS", 10.0)
 GP_FAIRSHARE_HALF_LIFE_HOURS = envfloat("GP_FAIRSHARE_HALF_LIFE_HOURS", 168.0)
 GP_FAIRSHARE_WEIGHT_PROMPT = envfloat("GP_FAIRSHARE_WEIGHT_PROMPT", 1.0)
 GP_FAIRSHARE_WEIGHT_COMPLETION = envfloat("GP_FAIRSHARE_WEIGHT_COMPLETION", 2.0)
+# A prompt token the engine found in its prefix cache (vLLM's usage.prompt_tokens_details
+# .cached_tokens, reported when it runs with --enable-prompt-tokens-details) is charged this
+# instead of the prompt weight: its prefill was skipped, and the KV blocks it holds are paid for
+# by the completion's decode. A tenth, as the large hosted APIs charge for cached input. Budgets
+# count with the same weights, so the charge stays one number.
+GP_FAIRSHARE_WEIGHT_CACHED_PROMPT = envfloat("GP_FAIRSHARE_WEIGHT_CACHED_PROMPT", 0.1)
+if not GP_FAIRSHARE_WEIGHT_CACHED_PROMPT >= 0:  # a negative weight would credit whoever hits the cache
+    raise ImproperlyConfigured("GP_FAIRSHARE_WEIGHT_CACHED_PROMPT must be at least 0.")
 # A budgeted request runs with its completion limit lowered to what its budgets leave; it is
 # refused (429 budget_exceeded) only when fewer than GP_BUDGET_MIN_COMPLETION_TOKENS fit. One that
 # names no limit is given at most GP_MODEL_CONTEXT_TOKENS less its prompt: the gateway does not

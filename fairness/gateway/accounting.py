@@ -47,6 +47,8 @@ class UsageEvent(TypedDict):
     stream: bool
     prompt_tokens: int
     completion_tokens: int
+    # Of prompt_tokens, those found in the engine's prefix cache; events from before it lack it.
+    cached_tokens: NotRequired[int]
     queued_ms: int
     ttft_ms: int | None
     latency_ms: int

@@ -109,6 +109,7 @@ class RequestLifecycle:
             "stream": stream,
             "prompt_tokens": 0,
             "completion_tokens": 0,
+            "cached_tokens": 0,
             "queued_ms": 0,
             "ttft_ms": None,
             "latency_ms": 0,
@@ -219,6 +220,7 @@ class RequestLifecycle:
         return fair_share.weighted_tokens(
             self.event["prompt_tokens"], self.event["completion_tokens"],
             settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
+            cached=self.event.get("cached_tokens", 0), w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
         )  # fmt: skip
 
     def _accounting(self) -> list[Command]:
@@ -233,6 +235,7 @@ class RequestLifecycle:
             event["completion_count_source"] = "unknown"
             return
         event["prompt_tokens"] = tally.prompt_tokens
+        event["cached_tokens"] = tally.cached_tokens
         event["prompt_count_source"] = "engine"
         event["completion_tokens"] = tally.completion_tokens or tally.content_events
         event["completion_count_source"] = "engine" if tally.completion_tokens or tally.finished else "events"

@@ -28,6 +28,7 @@ MOST_TOKENS = 2**31 - 1  # what the usage records' columns hold
 class StreamTally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt's, found in the engine's prefix cache
     content_events: int = 0
     first_byte_at: float | None = None
     failed: bool = False
@@ -39,6 +40,11 @@ class StreamTally:
         if isinstance(usage, dict):
             self.prompt_tokens = _token_count(usage.get("prompt_tokens"))
             self.completion_tokens = _token_count(usage.get("completion_tokens"))
+            # vLLM sends the details only with --enable-prompt-tokens-details (else null). No
+            # more of the prompt can be cached than the prompt: the rest would be charged less.
+            details = usage.get("prompt_tokens_details")
+            cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+            self.cached_tokens = min(cached, self.prompt_tokens)
 
 
 def _token_count(value: Any) -> int:

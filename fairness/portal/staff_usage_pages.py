@@ -18,6 +18,7 @@ from django.views.decorators.http import require_safe
 from fairness.portal import usage_report
 from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.staff_pages import staff_required
+from fairness.scheduling.fair_share import weighted_tokens
 
 CHART_ROWS = 25  # the largest groups; the table and the downloads have them all
 GROUP_TITLES = {"account": "Account", "user": "User", "key": "Key", "model": "Model", "tier": "Tier"}
@@ -102,7 +103,9 @@ def _chart_data(report: usage_report.Report) -> dict:
     rows = report.rows[:CHART_ROWS]
     return {
         "labels": [" / ".join(row.group) for row in rows],
-        "prompt": [settings.GP_FAIRSHARE_WEIGHT_PROMPT * row.prompt_tokens for row in rows],
+        "prompt": [weighted_tokens(row.prompt_tokens, 0, settings.GP_FAIRSHARE_WEIGHT_PROMPT, 0,
+                                   cached=row.cached_tokens, w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT)
+                   for row in rows],
         "completion": [settings.GP_FAIRSHARE_WEIGHT_COMPLETION * row.completion_tokens for row in rows],
         "shown": len(rows), "of": len(report.rows),
     }
@@ -118,6 +121,7 @@ def usage(request: SignedInRequest) -> HttpResponse:
         "headings": [GROUP_TITLES[level] for level in report.by] if report else [],
         "chart": _chart_data(report) if report else None,
         "weights": {"prompt": settings.GP_FAIRSHARE_WEIGHT_PROMPT,
+                    "cached_prompt": settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
                     "completion": settings.GP_FAIRSHARE_WEIGHT_COMPLETION},
         "days_kept": settings.GP_USAGE_RECORDS_DAYS,
     }, status=200 if report else 400)

@@ -9,8 +9,9 @@ each group keeps its waits in compact arrays (8 bytes a request). Records are ke
 GP_USAGE_RECORDS_DAYS days, so a range reaching further back counts only what is left.
 
 Definitions: an error is a request answered with status >= 400 (refused, rate-limited, failed
-upstream); weighted tokens are what fair share charges, GP_FAIRSHARE_WEIGHT_PROMPT x prompt +
-GP_FAIRSHARE_WEIGHT_COMPLETION x completion; percentiles are nearest-rank (telemetry/latency.py);
+upstream); weighted tokens are what fair share and budgets charge, GP_FAIRSHARE_WEIGHT_PROMPT x
+uncached prompt + GP_FAIRSHARE_WEIGHT_CACHED_PROMPT x cached prompt + GP_FAIRSHARE_WEIGHT_COMPLETION x
+completion; percentiles are nearest-rank (telemetry/latency.py);
 TTFT leaves out requests that have none (refused before a first token).
 """
 
@@ -70,14 +71,17 @@ class _Bucket:
     requests: int = 0
     prompt: int = 0
     completion: int = 0
+    cached: int = 0
     errors: int = 0
     waits: array = field(default_factory=lambda: array("L"))
     ttfts: array = field(default_factory=lambda: array("L"))
 
-    def add(self, status: int, prompt: int, completion: int, queued_ms: int, ttft_ms: int | None) -> None:
+    def add(self, status: int, prompt: int, completion: int, cached: int, queued_ms: int,
+            ttft_ms: int | None) -> None:
         self.requests += 1
         self.prompt += prompt
         self.completion += completion
+        self.cached += min(cached, prompt)  # as the gateway charged it
         self.errors += status >= 400
         self.waits.append(queued_ms)
         if ttft_ms is not None:
@@ -87,6 +91,7 @@ class _Bucket:
         self.requests += other.requests
         self.prompt += other.prompt
         self.completion += other.completion
+        self.cached += other.cached
         self.errors += other.errors
         self.waits.extend(other.waits)
         self.ttfts.extend(other.ttfts)
@@ -107,6 +112,7 @@ class Row:
     ttft_p50_ms: int | None
     ttft_p95_ms: int | None
     depth: int = 0  # in a tree: 0 at the top account, one more per level under it
+    cached_tokens: int = 0  # of prompt_tokens, those the engine had cached (charged less)
 
     def as_dict(self, by: tuple[str, ...]) -> dict[str, Any]:
         return {**dict(zip(by, self.group, strict=True)), **{name: getattr(self, name) for name in FIGURES}}
@@ -117,7 +123,9 @@ def _row(group: tuple[str, ...], bucket: _Bucket, depth: int = 0) -> Row:
     return Row(
         group=group, requests=bucket.requests, prompt_tokens=bucket.prompt, completion_tokens=bucket.completion,
         weighted_tokens=weighted_tokens(bucket.prompt, bucket.completion, settings.GP_FAIRSHARE_WEIGHT_PROMPT,
-                                        settings.GP_FAIRSHARE_WEIGHT_COMPLETION),
+                                        settings.GP_FAIRSHARE_WEIGHT_COMPLETION, cached=bucket.cached,
+                                        w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT),
+        cached_tokens=bucket.cached,
         errors=bucket.errors,
         queue_p50_ms=percentile(waits, 0.5) if waits else None,
         queue_p95_ms=percentile(waits, 0.95) if waits else None,
@@ -149,6 +157,7 @@ class Report:
             "from": self.start.isoformat(), "to": self.end.isoformat(), "by": list(self.by),
             "unit": "weighted tokens",
             "weights": {"prompt": settings.GP_FAIRSHARE_WEIGHT_PROMPT,
+                        "cached_prompt": settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
                         "completion": settings.GP_FAIRSHARE_WEIGHT_COMPLETION},
             "errors": "requests answered with status >= 400",
             "records_kept_since": self.kept_since.isoformat(),
@@ -200,8 +209,9 @@ def _buckets(start: dt.date, end: dt.date, by: tuple[str, ...]) -> tuple[dict[tu
                              "reads at once: choose a shorter range.")
     names = _key_names(records.order_by().values_list("key_id", flat=True).distinct())
     buckets: dict[tuple[str, ...], _Bucket] = {}
-    fields = ("key_id", "model", "tier", "status", "prompt_tokens", "completion_tokens", "queued_ms", "ttft_ms")
-    for key_id, model, tier, status, prompt, completion, queued, ttft in (
+    fields = ("key_id", "model", "tier", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
+              "queued_ms", "ttft_ms")
+    for key_id, model, tier, status, prompt, completion, cached, queued, ttft in (
         records.order_by().values_list(*fields).iterator(chunk_size=5000)
     ):
         key = names.get(key_id) or _GONE  # deleted since the count: its records go with it
@@ -211,7 +221,7 @@ def _buckets(start: dt.date, end: dt.date, by: tuple[str, ...]) -> tuple[dict[tu
         bucket = buckets.get(group)
         if bucket is None:
             bucket = buckets[group] = _Bucket()
-        bucket.add(status, prompt, completion, queued, ttft)
+        bucket.add(status, prompt, completion, cached, queued, ttft)
     return buckets, names
 
 

@@ -63,6 +63,19 @@ def factor(usage: float, total: float, share: float) -> float:
     return math.pow(2.0, -(usage / total) / share)
 
 
-def weighted_tokens(prompt: int, completion: int, w_prompt: float, w_completion: float) -> float:
-    """What one request charges its association."""
-    return w_prompt * max(0, prompt) + w_completion * max(0, completion)
+def weighted_tokens(
+    prompt: float, completion: float, w_prompt: float, w_completion: float,
+    cached: float = 0, w_cached: float | None = None,
+) -> float:
+    """What one request charges its association: its uncached prompt tokens at `w_prompt`, the
+    `cached` ones the engine found in its prefix cache at `w_cached` (by default `w_prompt`), its
+    completion at `w_completion`. The counts come from an engine, so a negative or NaN count is 0
+    and more cached tokens than the prompt holds are the prompt."""
+    prompt, completion = _count(prompt), _count(completion)
+    cached = min(_count(cached), prompt)
+    w_cached = w_prompt if w_cached is None else w_cached
+    return w_prompt * (prompt - cached) + w_cached * cached + w_completion * completion
+
+
+def _count(value: float) -> float:
+    return value if value > 0 else 0  # NaN compares false: 0

@@ -19,9 +19,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db.models import Q, QuerySet, Sum
+from django.db.models.functions import Least
 
 from fairness.gateway import budget_rules
 from fairness.models import Account, Budget, UsageRecord
+from fairness.scheduling import fair_share
 from fairness.scheduling.limits import ROLLING_BUCKETS, BudgetWindow
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
@@ -113,9 +115,13 @@ def holder_keys(budget: Budget) -> Q:
 
 
 def _weighted(records: QuerySet[UsageRecord]) -> float:
-    sums = records.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"))
-    return settings.GP_FAIRSHARE_WEIGHT_PROMPT * (sums["p"] or 0) + settings.GP_FAIRSHARE_WEIGHT_COMPLETION * (
-        sums["c"] or 0
+    """What the gateway charged for these records (fair_share.weighted_tokens, summed: it is
+    linear once each row's cached count is at most its prompt)."""
+    sums = records.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"),
+                             k=Sum(Least("cached_tokens", "prompt_tokens")))  # fmt: skip
+    return fair_share.weighted_tokens(
+        sums["p"] or 0, sums["c"] or 0, settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
+        cached=sums["k"] or 0, w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
     )
 
 

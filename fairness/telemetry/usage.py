@@ -156,6 +156,7 @@ def _row(event: UsageEvent) -> UsageRecord:
         stream=event["stream"],
         prompt_tokens=event["prompt_tokens"],
         completion_tokens=event["completion_tokens"],
+        cached_tokens=_cached_tokens(event),
         queued_ms=event["queued_ms"],
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
@@ -164,6 +165,16 @@ def _row(event: UsageEvent) -> UsageRecord:
         completion_count_source=str(event.get("completion_count_source", ""))[:12],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
+
+
+def _cached_tokens(event: UsageEvent) -> int:
+    """0 for an event from a gateway that did not record it (the outbox may hold one); never more
+    than the prompt, so a recount from the rows charges what the gateway did."""
+    cached, prompt = event.get("cached_tokens", 0), event["prompt_tokens"]
+    if isinstance(cached, bool) or not isinstance(cached, int):
+        return 0
+    # A prompt count that is no count is the database's to refuse, with the row it is in.
+    return max(0, min(cached, prompt) if isinstance(prompt, int) else cached)
 
 
 def _last_use_by_key(rows: list[UsageRecord]) -> dict[int, dt.datetime]:

@@ -114,7 +114,7 @@ def test_the_json_has_the_same_rows_the_total_and_the_unit(staff_client, usage):
     body = response.json()
     assert (body["from"], body["to"], body["by"], body["unit"]) == ("2031-03-10", "2031-03-11", ["user"],
                                                                     "weighted tokens")
-    assert body["weights"] == {"prompt": 1.0, "completion": 2.0}
+    assert body["weights"] == {"prompt": 1.0, "cached_prompt": 0.1, "completion": 2.0}
     assert [row["user"] for row in body["rows"]] == ["alice", "bob", "carol"]
     assert body["rows"][1]["ttft_p50_ms"] is None
     assert body["total"]["requests"] == 3

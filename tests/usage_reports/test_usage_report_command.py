@@ -33,7 +33,7 @@ def test_it_prints_the_period_and_unit_then_accounts_with_their_users(usage):
     lines = usage_report(*PERIOD, "--by", "account,user").splitlines()
     assert lines[0] == lines[3] == "-" * 100
     assert lines[1] == "Account/User Utilization 2031-03-10 - 2031-03-11 (1 day, UTC, the end day not included)"
-    assert lines[2] == "Usage reported in weighted tokens (1 x prompt + 2 x completion tokens)"
+    assert lines[2] == "Usage reported in weighted tokens (1 x prompt + 0.1 x cached prompt + 2 x completion tokens)"
     assert lines[4].split()[:5] == ["Account", "Login", "Used", "Requests", "Errors"]
     body = [line.split()[:4] for line in lines[6:-2]]
     assert body == [

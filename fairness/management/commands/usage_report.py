@@ -63,6 +63,7 @@ def as_table(report: Report, show_users: bool = True) -> str:
     accounts are indented by depth and their users' rows follow with the Login filled in."""
     days = (report.end - report.start).days
     weights = (f"{settings.GP_FAIRSHARE_WEIGHT_PROMPT:g} x prompt + "
+               f"{settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT:g} x cached prompt + "
                f"{settings.GP_FAIRSHARE_WEIGHT_COMPLETION:g} x completion tokens")
     kind = "Account/User Utilization" if report.tree else f"Utilization by {'/'.join(TITLES[b] for b in report.by)}"
     lines = [RULE, f"{kind} {report.start.isoformat()} - {report.end.isoformat()} "
