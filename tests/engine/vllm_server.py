@@ -133,6 +133,7 @@ class VLLMServer:
             "--max-model-len", str(max_model_len),
             "--max-num-seqs", str(max_num_seqs),
             "--dtype", "float32",
+            "--enable-prompt-tokens-details",  # usage reports the cached prompt tokens, charged less
         ]  # fmt: skip
         self.args.append("--enable-prefix-caching" if enable_prefix_caching
                          else "--no-enable-prefix-caching")  # fmt: skip

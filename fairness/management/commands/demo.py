@@ -147,7 +147,8 @@ class Command(BaseCommand):
         for index, engine_port in enumerate(int(p) for p in engine_ports.split(",")):
             name = f"sim-{chr(ord('a') + index)}"
             start(name, [sys.executable, "-m", "enginesim", "--port", str(engine_port),
-                         "--model", model, "--max-num-seqs", "8", "--speed", str(speed)])
+                         "--model", model, "--max-num-seqs", "8", "--speed", str(speed),
+                         "--enable-prompt-tokens-details"])  # cached prompt tokens are charged less
             self._register(name, f"http://127.0.0.1:{engine_port}", model)
         start("celery", [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "-B",
                          "--loglevel", "INFO", "--concurrency", "2",
