@@ -39,6 +39,13 @@ seconds, so W keeps its size against queue ages (--weight overrides it).
    pool's 4 slots free. Bound: W + ceil((Q + 1) / 4) x T_max, T_max the longest service time
    (grant to end) measured in the run. W here: 50 s of engine time (stated, not the default, so
    that several of zed's requests fit in the window).
+6. Cached prompts: "hit" and "miss" send the same traffic (1,200-token prompts, 100 tokens
+   back), but hit's prompts share a long prefix, which the engine finds in its prefix cache
+   (enginesim with --enable-prompt-tokens-details), while each of miss's starts differently.
+   Fair share on, run with GP_FAIRSHARE_WEIGHT_CACHED_PROMPT 1.0 (the baseline: a cached token
+   charged as any prompt token) and 0.1 (the default), interleaved in rounds on fresh portals.
+   Per run: hit:miss charged (the gateway's books) and hit:miss served (completion tokens
+   received); the figure is the median over rounds of served(0.1) / served(1.0).
 
 Writes bench/results/fairshare.json and fairshare.png; prints tables and PASS/FAIL targets. The
 cost targets (admission with 10,000 waiting, added latency) are bench/admission_cost.py's and
@@ -49,9 +56,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -81,6 +91,8 @@ class Config:
     half_life3: float  # wall s
     seed3: float  # weighted tokens seeded to heavy
     weight5: float  # wall s
+    window6: float
+    rounds6: int  # of interleaved runs, one per cached-prompt weight
 
     @classmethod
     def make(cls, speed: float | None, quick: bool, weight: float | None) -> Config:
@@ -94,7 +106,7 @@ class Config:
                    jain_window=wall(30), window1=wall(180 * k), window2=wall(120 * k),
                    window3=wall(160 * k), segment4=wall(30 * k), window5=wall(130 * k),
                    half_life3=wall(100 * k), seed3=wall(75 * k) * nominal_rate(speed),
-                   weight5=wall(50 * k))
+                   weight5=wall(50 * k), window6=wall(60 * k), rounds6=2 if quick else 3)
 
 
 def nominal_rate(speed: float) -> float:
@@ -281,7 +293,67 @@ def _wait(call: load.Call, end: float) -> float:
     return admitted - call.sent
 
 
-SCENARIOS = {"1": scenario1, "2": scenario2, "3": scenario3, "4": scenario4, "5": scenario5}
+CACHED_WEIGHTS = (1.0, 0.1)  # the baseline, and the default GP_FAIRSHARE_WEIGHT_CACHED_PROMPT
+# 4,800 bytes: 1,200 enginesim tokens, 75 of its 16-token blocks.
+SHARED6 = "".join(f"Section {n:02} of the lab's long shared instructions for every question asked....\n"
+                  for n in range(60))  # fmt: skip
+
+
+def cached_bodies(model: str, max_tokens: int) -> dict[str, Callable[[int], load.Body]]:
+    """hit's prompts share SHARED6 as their prefix; each of miss's starts with its own number.
+    One counter per user (its closed loops share it), so no two of miss's prompts are alike."""
+    numbers = {"hit": itertools.count(), "miss": itertools.count()}
+
+    def hit(_: int) -> load.Body:
+        return load.chat_body(model, f"{SHARED6}Question {next(numbers['hit'])}?", max_tokens)
+
+    def miss(_: int) -> load.Body:
+        return load.chat_body(model, f"Case {next(numbers['miss'])}.\n{SHARED6}", max_tokens)
+
+    return {"hit": hit, "miss": miss}
+
+
+def cached_run(cfg: Config, cached_weight: float) -> dict[str, Any]:
+    users = [User("hit", 100, 2 * POOL), User("miss", 100, 2 * POOL)]
+    engine = EngineSpec(SLOTS, cfg.speed, extra_args=("--enable-prompt-tokens-details",))
+    with portal(members={u.name: "interactive" for u in users}, engines=[engine], tiers=tiers(cfg.weight),
+                gateway_env={"GP_FAIRSHARE_WEIGHT_CACHED_PROMPT": repr(cached_weight)}) as p:
+        print(f"  cached prompt weight {cached_weight:g}: {cfg.window6:.0f} s ...", flush=True)
+        run = asyncio.run(fr.drive(p, f"cached x{cached_weight:g}", cfg.weight, users, cfg.window6,
+                                   bodies=cached_bodies(p.model, 100)))
+    charged = run.books[-1][1] if run.books else {}
+    served = {u.name: measures.tokens_between(run.of(u.name), run.t0, run.end) for u in users}
+    done = {u.name: fr.completed(run, u.name) for u in users}
+    return {
+        "cached_weight": cached_weight, "duration": run.duration, "charged": charged, "served": served,
+        "completed": done, "charged_ratio": _ratio(charged, "hit", "miss"),
+        "served_ratio": _ratio(served, "hit", "miss"),
+        "charge_per_request": {u: measures.ratio(charged.get(u), done[u]) for u in done},
+    }  # fmt: skip
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def scenario6(cfg: Config) -> dict[str, Any]:
+    rounds = []
+    for n in range(cfg.rounds6):
+        order = CACHED_WEIGHTS if n % 2 == 0 else CACHED_WEIGHTS[::-1]  # neither always runs first
+        runs = {f"{w:g}": cached_run(cfg, w) for w in order}
+        base, cheap = runs[f"{CACHED_WEIGHTS[0]:g}"], runs[f"{CACHED_WEIGHTS[1]:g}"]
+        rounds.append({"runs": runs, "served_gain": measures.ratio(cheap["served_ratio"], base["served_ratio"]),
+                       "charged_gain": measures.ratio(cheap["charged_ratio"], base["charged_ratio"])})
+    median = {f"{w:g}": {figure: _median([r["runs"][f"{w:g}"][figure] for r in rounds])
+                         for figure in ("charged_ratio", "served_ratio")} for w in CACHED_WEIGHTS}
+    return {"weights": list(CACHED_WEIGHTS), "rounds": rounds, "median": median,
+            "served_gain": _median([r["served_gain"] for r in rounds]),
+            "charged_gain": _median([r["charged_gain"] for r in rounds])}
+
+
+SCENARIOS = {"1": scenario1, "2": scenario2, "3": scenario3, "4": scenario4, "5": scenario5,
+             "6": scenario6}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight", type=float, default=None,
                         help="W of the fair-share runs in scenarios 1-4, wall seconds "
                              "(default 300 / speed)")
-    parser.add_argument("--only", default="1,2,3,4,5", help="scenarios to run, e.g. 1,3")
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,3")
     parser.add_argument("--name", default="fairshare", help="results file name")
     args = parser.parse_args(argv)
     cfg = Config.make(args.speed, args.quick, args.weight)

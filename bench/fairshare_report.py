@@ -133,7 +133,36 @@ def targets5(s: dict[str, Any]) -> list[Target]:
                           f"{fmt(s['today']['zed_wait']['max'])} s")]
 
 
+def table6(s: dict[str, Any]) -> str:
+    rows = []
+    for n, r in enumerate(s["rounds"], 1):
+        for weight, run in r["runs"].items():
+            rows.append([n, weight, run["charged"].get("hit"), run["charged"].get("miss"), run["charged_ratio"],
+                         run["served"]["hit"], run["served"]["miss"], run["served_ratio"],
+                         run["completed"]["hit"], run["completed"]["miss"]])
+        rows.append([n, "0.1 / 1", "", "", r["charged_gain"], "", "", r["served_gain"], "", ""])
+    for weight, m in s["median"].items():
+        rows.append(["median", weight, "", "", m["charged_ratio"], "", "", m["served_ratio"], "", ""])
+    rows.append(["median", "0.1 / 1", "", "", s["charged_gain"], "", "", s["served_gain"], "", ""])
+    return report.table(
+        ["round", "cached weight", "hit charged", "miss charged", "hit:miss charged", "hit served",
+         "miss served", "hit:miss served", "hit done", "miss done"], rows,
+        title="Scenario 6: hit's prompts share a cached prefix, miss's do not; same traffic, fair share on "
+              "(charged: the gateway's books, weighted tokens; served: completion tokens received)")
+
+
+def targets6(s: dict[str, Any]) -> list[Target]:
+    base, cheap = (s["median"][f"{w:g}"] for w in s["weights"])
+    return [
+        report.target("6. cached prompts: hit:miss served at cached weight 0.1 over at 1.0, median of rounds",
+                      s["served_gain"], ">=", 2.0, "x",
+                      f"hit:miss served {fmt(cheap['served_ratio'])} vs {fmt(base['served_ratio'])}; "
+                      f"charged {fmt(cheap['charged_ratio'])} vs {fmt(base['charged_ratio'])}"),
+    ]
+
+
 Section = Callable[[dict[str, Any]], Any]
-TABLES: dict[str, Section] = {"1": table1, "2": table2, "3": table3, "4": table4, "5": table5}
+TABLES: dict[str, Section] = {"1": table1, "2": table2, "3": table3, "4": table4, "5": table5,
+                              "6": table6}
 TARGETS: dict[str, Section] = {"1": targets1, "2": targets2, "3": targets3, "4": targets4,
-                               "5": targets5}
+                               "5": targets5, "6": targets6}

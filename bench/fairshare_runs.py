@@ -14,7 +14,7 @@ import bisect
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,10 +81,11 @@ async def _sample_books(adm: Any, names: Mapping[str, str], t0: float, period: f
 
 async def drive(p: Portal, mode: str, weight: float, users: Sequence[User], duration: float,
                 seed: Mapping[str, float] | None = None, books_period: float = 0.25,
-                during: Any = None) -> Run:
+                during: Any = None, bodies: Mapping[str, Callable[[int], load.Body]] | None = None) -> Run:
     """Charge ``seed`` (username -> weighted tokens, valued now), then keep every user
     backlogged through gateway 0 for ``duration`` wall seconds and cut off what is still open.
-    ``during(run)``, if given, is a coroutine run beside the load (e.g. tier edits)."""
+    ``during(run)``, if given, is a coroutine run beside the load (e.g. tier edits); ``bodies``
+    (username -> the body of a user's n-th request) replaces PROMPT for those users."""
     import redis.asyncio
 
     from fairness.scheduling.admission import Admission
@@ -109,8 +110,9 @@ async def drive(p: Portal, mode: str, weight: float, users: Sequence[User], dura
                 def same(n: int, body: load.Body = body) -> load.Body:
                     return body
 
+                make = (bodies or {}).get(user.name, same)
                 tasks += [asyncio.create_task(load.closed_loop(
-                    client, user.name, "fairshare", target, same, calls))
+                    client, user.name, "fairshare", target, make, calls))
                     for _ in range(user.outstanding)]
             if during is not None:
                 tasks.append(asyncio.create_task(during(run)))
