@@ -22,11 +22,11 @@ from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import field_validator
 
 from fairness.gateway.api_keys import hash_secret
+from fairness.gateway.front_end_secrets import MAX_SECRET_CHARS
 from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
 from fairness.portal import actions, submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.front_end_keys import FrontEnd, changed, requested
-from fairness.portal.front_end_secrets import MAX_SECRET_CHARS
 from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 

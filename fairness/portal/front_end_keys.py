@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 
-from fairness.portal.front_end_secrets import check_secret, seal
+from fairness.gateway.front_end_secrets import check_secret, seal
 
 if TYPE_CHECKING:
     from fairness.models import ApiKey

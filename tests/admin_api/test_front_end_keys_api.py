@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from fairness.gateway.api_keys import hash_secret
+from fairness.gateway.front_end_secrets import unseal
 from fairness.models import ApiKey, AuditEntry
-from fairness.portal.front_end_secrets import unseal
 from fairness.store.keyspace import CONFIG_EPOCH
 
 pytestmark = pytest.mark.django_db(transaction=True)

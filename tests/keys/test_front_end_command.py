@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 from django.forms.models import model_to_dict
 
 from fairness.gateway.api_keys import hash_secret
+from fairness.gateway.front_end_secrets import unseal
 from fairness.models import ApiKey, AuditEntry
 from fairness.portal import actions
-from fairness.portal.front_end_secrets import unseal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
-from fairness.portal.front_end_secrets import SecretUnreadable, check_secret, seal, unseal
+from fairness.gateway.front_end_secrets import SecretUnreadable, check_secret, seal, unseal
 
 SECRET = "0123456789abcdef0123456789abcdef-openwebui"
 

@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from fairness.gateway.api_keys import hash_secret
+from fairness.gateway.front_end_secrets import unseal
 from fairness.models import ApiKey, AuditEntry
-from fairness.portal.front_end_secrets import unseal
 from fairness.portal.submit_once import new_token
 from fairness.store.keyspace import CONFIG_EPOCH
 from tests.web_pages.conftest import key_form

@@ -1,6 +1,8 @@
 """A front end's JWT signing secret, sealed at rest with a key derived from SECRET_KEY.
 
-Sealed, not hashed: the gateway checks each forwarded user's HMAC signature with the secret
+Sealed by the portal when staff set it, unsealed by the gateway when it loads the key (this
+module lives in the gateway's layer, which the portal's stands on). Sealed, not hashed: the
+gateway checks each forwarded user's HMAC signature with the secret
 itself, so it must be able to read it back. A database dump alone then gives nothing away; the
 dump and SECRET_KEY together do, as they do for every session and signed value already.
 """
@@ -22,8 +24,8 @@ __all__ = ["SecretUnreadable", "check_secret", "seal", "unseal"]
 MIN_SECRET_BYTES = 32
 MAX_SECRET_CHARS = 4096
 # Its own key, not SECRET_KEY itself: what is sealed here cannot be mistaken for, or turned into,
-# a Django signature, and a new purpose later gets a new info string, not the same key. The
-# gateway derives the same key to unseal: change one and every sealed secret goes unreadable.
+# a Django signature, and a new purpose later gets a new info string, not the same key: change it
+# and every sealed secret goes unreadable.
 _INFO = b"gpuportal front-end secret"
 
 
