@@ -42,7 +42,7 @@ async def _saturated(client: Any, engine_url: str, slots: int, timeout: float) -
 
 async def run_mode(p: Portal, cfg: Any, slots: int, head_start: float) -> dict[str, Any]:
     engine_url = p.engines[0].url
-    names = {str(m.key_id): m.username for m in p.members.values()}
+    names = {m.unit: m.username for m in p.members.values()}
     gateways = tuple(p.gateway_urls())
     horizon = 3 * cfg.head_start
     calls: list[Call] = []

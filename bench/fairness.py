@@ -109,7 +109,7 @@ def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
     }
     if through:
         common["admission"] = (p.redis_url, cfg.admission_prefix)
-        common["key_names"] = {str(m.key_id): m.username for m in p.members.values()}
+        common["key_names"] = {m.unit: m.username for m in p.members.values()}
     interactive = {u: target(u) for u in INTERACTIVE_USERS}
     if name.startswith("idle"):
         return Plan(name, interactive=interactive, duration=cfg.idle_window, drain=10, **common)

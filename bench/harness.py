@@ -51,6 +51,12 @@ class Member:
     secret: str
     key_id: int
     association: str = ""  # the fair-share association its key charges (a Membership pk)
+    user_id: int = 0
+
+    @property
+    def unit(self) -> str:
+        """What admission's live counts are keyed by: the person in the tier (scheduling/units.py)."""
+        return f"p{self.user_id}.{self.tier}"
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any],
             Membership.objects.create(account=rows[placed[username]], user=user, is_default=True)
         # Unplaced members get an account of their own (default_membership).
         key, secret = issue_key(user, tiers[tier_name], label=f"bench {username}")
-        issued[username] = Member(username, tier_name, secret, key.pk, str(key.membership_id))
+        issued[username] = Member(username, tier_name, secret, key.pk, str(key.membership_id), key.owner_id)
     return issued
 
 

@@ -571,6 +571,8 @@ class UsageHourly(models.Model):
     """Usage per key per hour: what the pages read, so they stay fast with millions of requests."""
 
     key = models.ForeignKey(ApiKey, models.CASCADE, related_name="hourly_usage")
+    # Who asked (a front end's key speaks for many people): the pages show each person theirs.
+    person = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, null=True, related_name="hourly_usage")
     hour = models.DateTimeField()
     requests = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
@@ -582,10 +584,15 @@ class UsageHourly(models.Model):
 
     class Meta:
         ordering = ["-hour"]
-        constraints = [models.UniqueConstraint(fields=["key", "hour"], name="one_row_per_key_hour")]
+        constraints = [models.UniqueConstraint(fields=["key", "person", "hour"], name="one_row_per_key_person_hour")]
 
     def __str__(self) -> str:
         return f"{self.key_id} at {self.hour:%Y-%m-%d %H:00}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.person_id is None:  # a row written around the flush: its key's owner asked
+            self.person_id = ApiKey.objects.filter(pk=self.key_id).values_list("owner_id", flat=True).first()
+        super().save(*args, **kwargs)
 
 
 class AuditEntry(models.Model):

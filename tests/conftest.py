@@ -159,6 +159,12 @@ class Member:
     tier: str
     secret: str
     key_id: int
+    user_id: int = 0
+
+    @property
+    def unit(self) -> str:
+        """What admission's caps count for this member's requests: the person in the tier."""
+        return f"p{self.user_id}.{self.tier}"
 
 
 @pytest.fixture
@@ -181,7 +187,7 @@ def cast(tiers) -> dict[str, Member]:
     for username, tier_name in (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch")):
         user, _ = get_user_model().objects.get_or_create(username=username)
         key, secret = issue_key(user, tiers[tier_name], label=f"{username}'s key")
-        members[username] = Member(username, tier_name, secret, key.pk)
+        members[username] = Member(username, tier_name, secret, key.pk, key.owner_id)
     return members
 
 

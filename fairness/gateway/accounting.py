@@ -38,6 +38,10 @@ _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
 
 class UsageEvent(TypedDict):
     key_id: int
+    # Who asked and the association charged (a front end's key speaks for many people); events
+    # from before they were recorded lack them, and a deleted one is written as None.
+    person_id: NotRequired[int | None]
+    membership_id: NotRequired[int | None]
     tier: NotRequired[str]  # the key's tier when the request ran (events from before it lack it)
     request_id: str
     endpoint: str

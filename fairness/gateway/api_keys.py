@@ -5,6 +5,7 @@ Minting lives with the portal (portal/keys.py)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -12,13 +13,16 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from fairness.gateway import budget_rules
-from fairness.gateway.associations import association_of
+from fairness.gateway import budget_rules, front_end_secrets
+from fairness.gateway.associations import association_of, charged_membership
 from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
 from fairness.gateway.model_access import EVERY_MODEL, ModelAccess, model_access_of
-from fairness.models import ApiKey, Tier
+from fairness.models import ApiKey, Membership, Tier
 from fairness.scheduling.limits import RateLimit
+from fairness.scheduling.units import unit_of
+
+log = logging.getLogger(__name__)
 
 SECRET_PREFIX = "gp-"
 VISIBLE_CHARS = 11  # "gp-" and 8 characters: enough to tell keys apart, useless to an attacker
@@ -41,6 +45,11 @@ class TierPolicy:
     borrow_idle_slots: bool
     isolate_prefix_cache: bool
     fairshare_weight_seconds: float
+    # Per-person and tier-wide rate limits (0: none).
+    person_requests_per_minute: int = 0
+    person_tokens_per_minute: int = 0
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
 
     @classmethod
     def of(cls, tier: Tier) -> TierPolicy:
@@ -56,6 +65,10 @@ class TierPolicy:
             borrow_idle_slots=tier.borrow_idle_slots,
             isolate_prefix_cache=tier.isolate_prefix_cache,
             fairshare_weight_seconds=tier.fairshare_weight_seconds,
+            person_requests_per_minute=tier.key_requests_per_minute or 0,
+            person_tokens_per_minute=tier.key_tokens_per_minute or 0,
+            requests_per_minute=tier.requests_per_minute or 0,
+            tokens_per_minute=tier.tokens_per_minute or 0,
         )
 
 
@@ -75,6 +88,27 @@ class KeyInfo:
     budget_rules: tuple[BudgetRule, ...] = ()
     rate_limits: tuple[RateLimit, ...] = ()
     model_access: ModelAccess = EVERY_MODEL  # what its tier and accounts let it use
+    # Whom its requests count as (caps, queue bounds, rate limits, usage rows): its owner, or for
+    # a front end's key, the person a request names (front_end_people.speak_for replaces these).
+    person_id: int = 0
+    membership_id: int | None = None  # the association charged, as a Membership pk
+    front_end: FrontEnd | None = None  # set on a key that speaks for many people
+
+    @property
+    def unit(self) -> str:
+        """What admission's caps count: this person in this tier."""
+        return unit_of(self.person_id, self.tier.name)
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """How a front end's key names the person asking (fairness/gateway/front_end_people.py)."""
+
+    kind: str  # "openwebui"
+    jwt_secret: str  # "" when it signs nothing (it may then only use the plain headers)
+    trusts_plain_headers: bool
+    adds_people: bool
+    account_id: int | None  # where people it names for the first time become members
 
 
 Loader = Callable[[str], Awaitable[KeyInfo | None]]  # secret hash → the key, None if unknown
@@ -118,11 +152,12 @@ def _key_info(**match: object) -> KeyInfo | None:
         return None
     association, share = association_of(key)
     membership = int(association) if association else None
+    policy = TierPolicy.of(key.tier)
     return KeyInfo(
         id=key.pk,
         prefix=key.prefix,
         owner_id=key.owner_id,
-        tier=TierPolicy.of(key.tier),
+        tier=policy,
         expires_at=key.expires_at.timestamp() if key.expires_at else None,
         revoked=key.revoked_at is not None,
         owner_active=key.owner.is_active,
@@ -130,8 +165,25 @@ def _key_info(**match: object) -> KeyInfo | None:
         share=share,
         model_access=model_access_of(key),
         budget_rules=budget_rules.rules_for(key, membership),
-        rate_limits=budget_rules.rate_limits(key.pk, key.tier),
+        rate_limits=budget_rules.rate_limits(unit_of(key.owner_id, policy.name), policy),
+        person_id=key.owner_id,
+        membership_id=membership,
+        front_end=_front_end_of(key) if key.front_end else None,
     )
+
+
+def _front_end_of(key: ApiKey) -> FrontEnd:
+    try:
+        secret = front_end_secrets.unseal(key.front_end_secret) if key.front_end_secret else ""
+    except front_end_secrets.SecretUnreadable:
+        # Sealed under another SECRET_KEY: no token can be checked, so none is accepted.
+        log.error("the front-end secret of key %s cannot be read (SECRET_KEY changed?)", key.prefix)
+        secret = ""
+    membership = charged_membership(key)
+    account = None
+    if membership is not None:
+        account = Membership.objects.filter(pk=membership).values_list("account_id", flat=True).first()
+    return FrontEnd(key.front_end, secret, key.front_end_trusts_plain_headers, key.front_end_adds_people, account)
 
 
 class KeyCache:

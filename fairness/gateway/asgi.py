@@ -72,6 +72,20 @@ PREFIX_ROUTES: dict[str, View] = {
 }
 
 
+# What a front end's key may call, for the person a request names; listing models names nobody
+# (Open WebUI lists them at start, with no user).
+FRONT_END_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+async def _spoken_for(runtime: GatewayRuntime, key: KeyInfo, path: str, headers: dict[str, str]) -> KeyInfo:
+    if path == "/v1/models" or path.startswith("/v1/models/"):
+        return key
+    if path not in FRONT_END_ROUTES:
+        raise ApiError(403, "A front end's key serves chats and completions for the people it names; "
+                       "files and batches need a key of one's own.", "front_end_route")
+    return await runtime.people.speak_for(key, headers)
+
+
 def route(path: str) -> View | None:
     """The view for a /v1/ path, or None."""
     view = ROUTES.get(path.rstrip("/") or "/")
@@ -266,6 +280,8 @@ class GatewayApp:
         directory = await runtime.refresh()  # a changed config epoch clears the key cache first
         key = await runtime.keys.authenticate(headers.get("authorization"))
         vouch_for(scope)  # a flood of connections that send nothing no longer closes this one
+        if key.front_end is not None:
+            key = await _spoken_for(runtime, key, scope["path"], headers)
         return headers, key, directory
 
     async def _answer(

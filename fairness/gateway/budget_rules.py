@@ -10,11 +10,15 @@ from __future__ import annotations
 import datetime as dt
 import zoneinfo
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from fairness.models import Account, ApiKey, Budget, Tier
+from fairness.models import Account, ApiKey, Budget
 from fairness.scheduling.limits import BudgetWindow, RateLimit
+
+if TYPE_CHECKING:
+    from fairness.gateway.api_keys import TierPolicy
 
 
 @dataclass(frozen=True)
@@ -119,15 +123,18 @@ def tokens_in_words(tokens: float) -> str:
     return f"{tokens:,.0f}"
 
 
-def rate_limits(key_id: int, tier: Tier) -> tuple[RateLimit, ...]:
-    """The tier's limits: per key, and for all its keys together."""
+def rate_limits(unit: str, tier: TierPolicy) -> tuple[RateLimit, ...]:
+    """The tier's limits: per person (`unit`: the person in this tier, across all their keys),
+    and for everyone in the tier together."""
     limits = []
-    if tier.key_requests_per_minute:
-        limits.append(RateLimit(f"k{key_id}|rpm", tier.key_requests_per_minute,
-                                words=f"this key's {tier.key_requests_per_minute} requests a minute"))
-    if tier.key_tokens_per_minute:
-        limits.append(RateLimit(f"k{key_id}|tpm", tier.key_tokens_per_minute, tokens=True,
-                                words=f"this key's {tier.key_tokens_per_minute:,} tokens a minute"))
+    if tier.person_requests_per_minute:
+        limits.append(RateLimit(f"{unit}|rpm", tier.person_requests_per_minute,
+                                words=f"your {tier.person_requests_per_minute} requests a minute in the "
+                                      f"{tier.name} tier, across your keys"))
+    if tier.person_tokens_per_minute:
+        limits.append(RateLimit(f"{unit}|tpm", tier.person_tokens_per_minute, tokens=True,
+                                words=f"your {tier.person_tokens_per_minute:,} tokens a minute in the "
+                                      f"{tier.name} tier, across your keys"))
     if tier.requests_per_minute:
         limits.append(RateLimit(f"t{tier.name}|rpm", tier.requests_per_minute,
                                 words=f"the {tier.name} tier's {tier.requests_per_minute} requests a minute"))

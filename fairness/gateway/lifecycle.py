@@ -65,7 +65,7 @@ def demand_of(
 ) -> Demand:
     tier = key.tier
     return Demand(
-        key_id=str(key.id),
+        key_id=key.unit,
         tier=tier.name,
         per_key_cap=tier.per_key_concurrency,
         pool_cap=tier.pool_concurrency,
@@ -100,6 +100,8 @@ class RequestLifecycle:
         self.started = time.perf_counter()
         self.event: accounting.UsageEvent = {
             "key_id": key.id,
+            "person_id": key.person_id,
+            "membership_id": key.membership_id,
             "tier": key.tier.name,
             "request_id": request_id,
             "endpoint": endpoint,

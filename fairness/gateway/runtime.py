@@ -21,6 +21,7 @@ from django.conf import settings
 
 from fairness.gateway import engine_client, health_probes
 from fairness.gateway.api_keys import KeyCache
+from fairness.gateway.front_end_people import FrontEndPeople
 from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
 from fairness.gateway.usage_outbox import UsageOutbox
@@ -77,6 +78,7 @@ class GatewayRuntime:
         # also choose the replica) and the accounting.
         self.lane = RedisLane.like(client)
         self.keys = KeyCache(config.key_cache_seconds)
+        self.people = FrontEndPeople(config.key_cache_seconds)  # whom front ends' keys speak for
         self.epoch = EpochWatch(config.epoch_check_seconds)
         ttl = config.lease_ttl
         self.admission = Admission(
@@ -146,6 +148,7 @@ class GatewayRuntime:
             if await self.epoch.changed(self.redis) or self.directory is None or self._reload_due:
                 self._reload_due = False
                 self.keys.clear()
+                self.people.clear()
                 self.directory = await load_directory()
                 await self.sync_capacity()
                 self._ensure_health_loop()

@@ -37,6 +37,7 @@ BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
 # it named none): the engine was told this many tokens at most.
 LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
 SESSION_HEADER = "x-session-id"
+CHAT_HEADER = "x-openwebui-chat-id"
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         ))
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
-            key.tier.engine_priority, caller=str(key.owner_id),
-            cache_salt=request_parsing.owner_cache_salt(key.owner_id) if key.tier.isolate_prefix_cache else None,
+            key.tier.engine_priority, caller=str(key.person_id),
+            cache_salt=request_parsing.owner_cache_salt(key.person_id) if key.tier.isolate_prefix_cache else None,
         )
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
         if lifecycle.grant is not None and lifecycle.grant.budget_left is not None:
@@ -172,7 +173,8 @@ def _preference(
     from, or no conversation: empty, the least loaded wins."""
     if len(replicas) == 1:
         return ()
-    conversation = routing.conversation_key(parsed.payload, headers.get(SESSION_HEADER))
+    # Open WebUI names its conversation: the chat's id keeps it on the replica that caches it.
+    conversation = routing.conversation_key(parsed.payload, headers.get(SESSION_HEADER) or headers.get(CHAT_HEADER))
     if conversation is None:
         return ()
     return tuple(r.name for r in routing.preference(replicas, conversation))

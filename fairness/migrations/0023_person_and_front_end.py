@@ -12,6 +12,8 @@ def asked_by_key_owner(apps, schema_editor):
     usage.objects.filter(person__isnull=True).update(
         person_id=Subquery(key.values("owner_id")[:1]), membership_id=Subquery(key.values("membership_id")[:1]),
     )
+    hourly = apps.get_model("fairness", "UsageHourly")
+    hourly.objects.filter(person__isnull=True).update(person_id=Subquery(key.values("owner_id")[:1]))
 
 
 class Migration(migrations.Migration):
@@ -65,5 +67,18 @@ class Migration(migrations.Migration):
             model_name='usagerecord',
             index=models.Index(fields=['membership', 'created_at'], name='usage_membership_time'),
         ),
+        migrations.RemoveConstraint(
+            model_name='usagehourly',
+            name='one_row_per_key_hour',
+        ),
+        migrations.AddField(
+            model_name='usagehourly',
+            name='person',
+            field=models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='hourly_usage', to=settings.AUTH_USER_MODEL),
+        ),
         migrations.RunPython(asked_by_key_owner, migrations.RunPython.noop),
+        migrations.AddConstraint(
+            model_name='usagehourly',
+            constraint=models.UniqueConstraint(fields=('key', 'person', 'hour'), name='one_row_per_key_person_hour'),
+        ),
     ]

@@ -16,7 +16,7 @@ from fairness.portal import tier_policy
 from fairness.portal.budget_report import lines_for_user
 from fairness.portal.fair_share_report import standing_of
 from fairness.portal.fair_share_words import half_life_in_words
-from fairness.portal.queries import EXPIRING_WITHIN, key_load, tokens_last_day
+from fairness.portal.queries import EXPIRING_WITHIN, key_load, load_of_key, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
 from fairness.telemetry import latency, usage_rollup
 
@@ -39,7 +39,7 @@ def _get_keys_for_user(user: User) -> QuerySet[ApiKey]:
 
 def _get_usage_for_user(user: User, days: int = USAGE_DAYS) -> QuerySet[UsageHourly]:
     since = _today() - dt.timedelta(days=days - 1)
-    return UsageHourly.objects.filter(key__owner=user, hour__gte=since)
+    return UsageHourly.objects.filter(person=user, hour__gte=since)
 
 
 def _today() -> dt.datetime:
@@ -53,7 +53,7 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
     now = timezone.now()
     rows: list[dict[str, Any]] = [
         {"key": key, "live": key.revoked_at is None and not key.is_expired(now),
-         "in_flight": load.get(key.pk, (0, 0))[0], "queued": load.get(key.pk, (0, 0))[1],
+         "in_flight": load_of_key(key, load)[0], "queued": load_of_key(key, load)[1],
          "tokens_24h": tokens.get(key.pk, 0)}
         for key in keys
     ]

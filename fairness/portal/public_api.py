@@ -14,14 +14,13 @@ from ninja import NinjaAPI, Router, Schema
 from fairness.batch import openapi as batch_openapi
 from fairness.batch.progress import queued_work
 from fairness.gateway import openapi as gateway_openapi
-from fairness.models import ApiKey, EngineSample, Replica, SaturationAlert, Tier
+from fairness.models import EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal import tier_policy
 from fairness.portal.admin_accounts_api import router as admin_accounts_router
 from fairness.portal.admin_api import router as admin_router
 from fairness.portal.admin_budgets_api import router as admin_budgets_router
 from fairness.portal.admin_usage_api import router as admin_usage_router
 from fairness.scheduling.admission import admission_stats
-from fairness.scheduling.live_counts import Stats
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import alert_words, capacity_store, latency, polling, queue_state
 from fairness.telemetry.capacity_model import NO_REPLICA_SERVING, USER_COUNTS, public_sentence
@@ -85,7 +84,7 @@ class TierOut(Schema):
     policy: str
     policy_sentences: list[str]
     waiting: int  # requests of this tier in the gateway's queue now
-    waiting_keys: int  # how many keys they come from
+    waiting_keys: int  # how many people they come from (admission counts a person's keys together)
     expected_wait_seconds: float | None  # for a new request now: 0 none, null unknown
     expected_wait: str  # the same in words: "none", "about 3 min"
     ttft_requests: int  # answered requests of the last hour
@@ -187,11 +186,6 @@ def _tiers(queues: dict[str, queue_state.TierQueue], free: int | None) -> list[T
     return out
 
 
-def _tier_of_key(stats: Stats) -> dict[str, str]:
-    ids = [int(k) for k in stats["keys"] if k.isdigit()]
-    return {str(pk): tier for pk, tier in ApiKey.objects.filter(pk__in=ids).values_list("pk", "tier__name")}
-
-
 def queue_note(status: str, queues: dict[str, queue_state.TierQueue], free: int | None) -> str:
     """The queue in a sentence: who waits, and whether a full card or their own caps hold them."""
     waiting = [q for q in sorted(queues.values(), key=lambda q: -q.waiting) if q.waiting]
@@ -199,7 +193,7 @@ def queue_note(status: str, queues: dict[str, queue_state.TierQueue], free: int 
         return "Nobody is waiting."
     who = "; ".join(
         f"{q.tier}: {q.waiting:,} {'request' if q.waiting == 1 else 'requests'} from "
-        f"{q.keys:,} {'key' if q.keys == 1 else 'keys'}" for q in waiting
+        f"{q.keys:,} {'person' if q.keys == 1 else 'people'}" for q in waiting
     )
     if status == "backlog":
         return (f"Waiting behind their own tier's limits, not for a full card ({free} "
@@ -226,7 +220,7 @@ async def capacity(request):
             basis=estimate.basis if estimate else None,
             samples=estimate.samples if estimate else 0,
         ))
-    queues = queue_state.tier_queues(stats, await sync_to_async(_tier_of_key)(stats))
+    queues = queue_state.tier_queues(stats)
     # Every replica admission counts slots on (a draining one has left its groups).
     free = queue_state.free_slots(stats, list(stats["replicas"]))
     waiting_gateway = sum(q.waiting for q in queues.values())

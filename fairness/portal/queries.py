@@ -19,10 +19,18 @@ from fairness.scheduling.live_counts import KeyStats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
 
+# (person id, tier) -> (in flight, queued): admission counts a person's keys of a tier together.
+Load = dict[tuple[int, str], tuple[int, int]]
 
-def key_load() -> dict[int, tuple[int, int]]:
-    """Key id -> (in flight, queued), from admission's live counts."""
-    return live_counts.key_load(redis_sync())
+
+def key_load() -> Load:
+    """What each person runs and has waiting, per tier, from admission's live counts; a key's row
+    shows its owner's figures in its tier (its caps are theirs, across their keys)."""
+    return live_counts.person_load(redis_sync())
+
+
+def load_of_key(key: ApiKey, load: Load) -> tuple[int, int]:
+    return load.get((key.owner_id, key.tier.name), (0, 0))
 
 
 class KeyOut(Schema):
@@ -53,9 +61,9 @@ class KeyOut(Schema):
 
 
 def key_out(
-    key: ApiKey, load: dict[int, tuple[int, int]] | None = None, tokens: dict[int, int] | None = None
+    key: ApiKey, load: Load | None = None, tokens: dict[int, int] | None = None
 ) -> KeyOut:
-    in_flight, queued = (load or {}).get(key.pk, (0, 0))
+    in_flight, queued = load_of_key(key, load or {})
     return KeyOut(
         prefix=key.prefix, owner=key.owner.get_username(), tier=key.tier.name, label=key.label,
         created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
@@ -131,7 +139,7 @@ def keys_matching(search: str, tier: str, state: str, now: dt.datetime) -> Query
     return keys
 
 
-def key_rows(keys: Iterable[ApiKey], now: dt.datetime, load: dict[int, tuple[int, int]],
+def key_rows(keys: Iterable[ApiKey], now: dt.datetime, load: Load,
              tokens: dict[int, int]) -> list[KeyRow]:
     keys = list(keys)
     rotated = set(rotated_prefixes().filter(target__in=[k.prefix for k in keys]))
@@ -169,19 +177,19 @@ def sorted_key_rows(keys: QuerySet[ApiKey], sort: str, now: dt.datetime) -> tupl
 
 def load_of(prefixes: list[str]) -> dict[str, KeyStats]:
     """In flight and queued of the keys a page shows, for its live refresh."""
-    ids = dict(ApiKey.objects.filter(prefix__in=prefixes).values_list("pk", "prefix"))
     load = key_load()
-    return {prefix: {"in_flight": load.get(pk, (0, 0))[0], "queued": load.get(pk, (0, 0))[1]}
-            for pk, prefix in ids.items()}
+    figures = {prefix: load.get((owner, tier), (0, 0)) for prefix, owner, tier
+               in ApiKey.objects.filter(prefix__in=prefixes).values_list("prefix", "owner_id", "tier__name")}
+    return {prefix: {"in_flight": running, "queued": waiting} for prefix, (running, waiting) in figures.items()}
 
 
-def tokens_by_owner(days: int = 30) -> dict[int, int]:
+def tokens_by_person(days: int = 30) -> dict[int, int]:
     """User id -> prompt plus completion tokens over the last `days` days, for the users page."""
     since = timezone.now() - dt.timedelta(days=days)
-    rows = UsageHourly.objects.filter(hour__gte=since).values("key__owner").annotate(
+    rows = UsageHourly.objects.filter(hour__gte=since).values("person").annotate(
         p=Sum("prompt_tokens"), c=Sum("completion_tokens")
     )
-    return {row["key__owner"]: (row["p"] or 0) + (row["c"] or 0) for row in rows}
+    return {row["person"]: (row["p"] or 0) + (row["c"] or 0) for row in rows}
 
 
 def last_samples(replica_ids: Iterable[int]) -> dict[int, EngineSample]:

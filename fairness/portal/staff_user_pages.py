@@ -19,7 +19,7 @@ from fairness.models import ApiKey, Tier
 from fairness.portal import account_origin, actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import CreateUserForm, SetPasswordForm, UserTierForm
-from fairness.portal.queries import tokens_by_owner
+from fairness.portal.queries import tokens_by_person
 from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.staff_pages import staff_required
 
@@ -47,7 +47,7 @@ def users(request: SignedInRequest) -> HttpResponse:
     tiers_of: dict[int, set[str]] = {}
     for owner_id, tier_name in ApiKey.objects.filter(revoked_at=None).values_list("owner_id", "tier__name"):
         tiers_of.setdefault(owner_id, set()).add(tier_name)
-    tokens = tokens_by_owner()
+    tokens = tokens_by_person()
     rows = [(person, sorted(tiers_of.get(person.pk, ())), tokens.get(person.pk, 0)) for person in people]
     elsewhere = account_origin.elsewhere_for(person for person, _, _ in rows)
     return render(request, "staff/users.html", {

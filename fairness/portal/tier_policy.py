@@ -40,10 +40,17 @@ def _slots(n: int) -> str:
     return "1 slot" if n == 1 else f"{n:,} slots"
 
 
+def _per_minute(limit: int | None, what: str, who: str) -> str:
+    return f"{who} at most {limit:,} {what} a minute" if limit else ""
+
+
 def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
     """The tier's policy, one sentence per rule. ``reserve_slots`` defaults to GP_RESERVE_SLOTS."""
     reserve = settings.GP_RESERVE_SLOTS if reserve_slots is None else reserve_slots
-    sentences = [f"Each key runs up to {_requests(tier.per_key_concurrency)} at a time."]
+    sentences = [
+        f"Each person runs up to {_requests(tier.per_key_concurrency)} at a time, across all their "
+        f"{tier.name} keys and any front end that speaks for them."
+    ]
     if tier.pool_concurrency:
         sentences.append(
             f"All {tier.name} keys together run up to {_requests(tier.pool_concurrency)} at a time."
@@ -57,7 +64,7 @@ def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
         )
     across = f", {_requests(tier.max_queued)} across all {tier.name} keys" if tier.max_queued else ""
     sentences.append(
-        f"Up to {_requests(tier.max_queued_per_key)} per key may wait{across}; "
+        f"Up to {_requests(tier.max_queued_per_key)} per person may wait{across}; "
         "one more is refused at once with 429 (Too Many Requests)."
     )
     sentences.append(
@@ -75,6 +82,14 @@ def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
             "No head start: its requests line up by arrival time, and a request of a tier with a "
             "head start goes ahead of them only until they have waited longer than that head start."
         )
+    limits = [words for words in (
+        _per_minute(tier.key_requests_per_minute, "requests", "each person"),
+        _per_minute(tier.key_tokens_per_minute, "weighted tokens", "each person"),
+        _per_minute(tier.requests_per_minute, "requests", f"all {tier.name} keys together"),
+        _per_minute(tier.tokens_per_minute, "weighted tokens", f"all {tier.name} keys together"),
+    ) if words]
+    if limits:
+        sentences.append("Rate limits: " + "; ".join(limits) + "; past one, 429 says when to retry.")
     if tier.isolate_prefix_cache:
         sentences.append("Each user's cached prompts are kept apart from other users'.")
     return sentences

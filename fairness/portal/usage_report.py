@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
 from fairness.models import Account, ApiKey, Membership, UsageRecord
 from fairness.scheduling.fair_share import weighted_tokens
@@ -208,14 +209,20 @@ def _buckets(start: dt.date, end: dt.date, by: tuple[str, ...]) -> tuple[dict[tu
         raise TooManyRecords(f"That range holds {count:,} requests, more than the {MAX_RECORDS:,} a report "
                              "reads at once: choose a shorter range.")
     names = _key_names(records.order_by().values_list("key_id", flat=True).distinct())
+    # A front end's key speaks for many people: its rows name the person and the account charged.
+    asked_by = records.order_by().values_list("person_id", flat=True).distinct()
+    charged_to = records.order_by().values_list("membership_id", flat=True).distinct()
+    people = dict(get_user_model().objects.filter(pk__in=asked_by).values_list("pk", "username"))
+    charged = dict(Membership.objects.filter(pk__in=charged_to).values_list("pk", "account__name"))
     buckets: dict[tuple[str, ...], _Bucket] = {}
-    fields = ("key_id", "model", "tier", "status", "prompt_tokens", "completion_tokens", "cached_tokens",
-              "queued_ms", "ttft_ms")
-    for key_id, model, tier, status, prompt, completion, cached, queued, ttft in (
+    fields = ("key_id", "person_id", "membership_id", "model", "tier", "status", "prompt_tokens",
+              "completion_tokens", "cached_tokens", "queued_ms", "ttft_ms")
+    for key_id, person, membership, model, tier, status, prompt, completion, cached, queued, ttft in (
         records.order_by().values_list(*fields).iterator(chunk_size=5000)
     ):
         key = names.get(key_id) or _GONE  # deleted since the count: its records go with it
-        values = {"account": key.account, "user": key.user, "key": key.key, "model": model,
+        values = {"account": charged.get(membership, key.account), "user": people.get(person, key.user),
+                  "key": key.key, "model": model,
                   "tier": tier or key.tier}  # rows from before the tier column: the key's tier now
         group = tuple(values[level] for level in by)
         bucket = buckets.get(group)

@@ -98,7 +98,7 @@ def _function_missing(reply: Any) -> bool:
 class Demand:
     """What one request needs. Names must not contain "|" (the scripts' separator)."""
 
-    key_id: str  # ApiKey primary key as str
+    key_id: str  # the unit its caps count (units.unit_of: a person within a tier)
     tier: str  # tier name = pool name
     per_key_cap: int
     pool_cap: int | None
@@ -153,9 +153,9 @@ class AdmissionRefused(Exception):
 
 
 class QueueFull(AdmissionRefused):
-    """The queue is full for this request: its key already has ``max_queued_per_key`` requests
-    waiting, its tier ``max_queued_per_tier``, or the deployment its ``max_queued_total``
-    (``bound``: "key", "tier" or "total"). ``retry_after``: when the oldest of those waiting
+    """The queue is full for this request: its person (in its tier) already has
+    ``max_queued_per_key`` requests waiting, its tier ``max_queued_per_tier``, or the deployment
+    its ``max_queued_total`` (``bound``: "key", "tier" or "total"). ``retry_after``: when the oldest of those waiting
     requests must have left the queue (granted or timed out), at most 30 s."""
 
     def __init__(self, message: str, retry_after: int, bound: str) -> None:
@@ -175,8 +175,9 @@ def _queue_full(demand: Demand, total: int | None, bound: str, retry_after: int)
         message = (f"The {demand.tier} tier already has {_plural(demand.max_queued_per_tier or 0)} waiting "
                    "across its keys, the most it allows to queue at once; retry when one of them has started.")
     elif demand.max_queued_per_key:
-        message = (f"This key already has {_plural(demand.max_queued_per_key)} waiting, the most its "
-                   "tier allows to queue at once; retry when one of them has started.")
+        message = (f"You already have {_plural(demand.max_queued_per_key)} waiting in the {demand.tier} tier, "
+                   "across your keys, the most it allows one person to queue at once; retry when one of them "
+                   "has started.")
     else:
         message = "No slot is free and this key's tier does not let requests wait; retry shortly."
     return QueueFull(message, min(_MAX_RETRY_AFTER, retry_after), bound)

@@ -6,6 +6,7 @@ from typing import Any, TypedDict
 
 import redis
 
+from fairness.scheduling.units import parse_unit
 from fairness.store import keyspace
 
 
@@ -74,20 +75,18 @@ def parse_stats(reply: list[Any], now: float) -> Stats:
     return {"groups": groups, "tiers": tiers, "keys": keys, "replicas": replicas, "longest_wait": longest}
 
 
-def key_load(client: redis.Redis) -> dict[int, tuple[int, int]]:
-    """Key id -> (in flight, queued), read without running a script (the pages are sync).
-    A lease of a crashed gateway may show here until the next admission call reaps it (within
-    one lease TTL)."""
+def person_load(client: redis.Redis) -> dict[tuple[int, str], tuple[int, int]]:
+    """(person id, tier) -> (in flight, queued) over all their keys, read without running a script
+    (the pages are sync). A lease of a crashed gateway may show here until the next admission
+    call reaps it (within one lease TTL)."""
     namespace = keyspace.ADMISSION_NAMESPACE
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(namespace + keyspace.ADMISSION_IN_FLIGHT_BY_KEY)
         pipe.hgetall(namespace + keyspace.ADMISSION_QUEUED_BY_KEY)
         in_flight, queued = pipe.execute()
-    load: dict[int, tuple[int, int]] = {}
-    for raw_id in set(in_flight) | set(queued):
-        try:
-            key_id = int(raw_id)
-        except ValueError:
-            continue
-        load[key_id] = (int(in_flight.get(raw_id, 0)), int(queued.get(raw_id, 0)))
+    load: dict[tuple[int, str], tuple[int, int]] = {}
+    for raw in set(in_flight) | set(queued):
+        unit = parse_unit(text(raw))
+        if unit is not None:
+            load[unit] = (int(in_flight.get(raw, 0)), int(queued.get(raw, 0)))
     return load

@@ -41,8 +41,12 @@ def describe(kind: str, figures: Mapping[str, Any], *, public: bool = True) -> s
         by_tier = now.get("waiting_by_tier") or {}
         if by_tier:
             text += f" Waiting by tier: {tiers_waiting(by_tier)}."
-        keys = now.get("waiting_keys") or {}
-        if keys and not public:
+        people = now.get("waiting_people") or {}
+        if people and not public:
+            named = ", ".join(f"{k}: {count(n)}" for k, n in sorted(people.items(), key=lambda p: -p[1])[:10])
+            text += f" Who waits: {named}."
+        keys = now.get("waiting_keys") or {}  # alerts recorded before people were counted
+        if keys and not people and not public:
             named = ", ".join(f"{k} ({count(n)})" for k, n in sorted(keys.items(), key=lambda p: -p[1])[:10])
             text += f" Keys waiting: {named}."
         peak = figures.get("waiting")

@@ -14,12 +14,14 @@ from typing import Any
 import httpx
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import mail_admins
 
 from fairness.gateway import engine_client
-from fairness.models import ApiKey, SaturationAlert
+from fairness.models import SaturationAlert
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
+from fairness.scheduling.units import parse_unit
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import alert_words, queue_state, usage
@@ -83,13 +85,16 @@ async def observe(readings: list[Reading], gateway_queued: dict[str, float], now
 
 
 def _who_waits(stats: Stats) -> dict[str, dict[str, int]]:
-    """Requests waiting per tier, and per key prefix (the staff pages name them)."""
-    waiting = {key: figures["queued"] for key, figures in stats["keys"].items() if figures["queued"] > 0}
-    ids = [int(key) for key in waiting if key.isdigit()]
-    prefixes = dict(ApiKey.objects.filter(pk__in=ids).values_list("pk", "prefix"))
+    """Requests waiting per tier, and per person and tier (the staff pages name them)."""
+    waiting: dict[tuple[int, str], int] = {}
+    for unit, figures in stats["keys"].items():
+        person = parse_unit(unit)
+        if person is not None and figures["queued"] > 0:
+            waiting[person] = figures["queued"]
+    names = dict(get_user_model().objects.filter(pk__in={p for p, _ in waiting}).values_list("pk", "username"))
     return {
         "waiting_by_tier": {tier: t["queued"] for tier, t in stats["tiers"].items() if t["queued"] > 0},
-        "waiting_keys": {prefixes[int(k)]: n for k, n in waiting.items() if k.isdigit() and int(k) in prefixes},
+        "waiting_people": {f"{names[p]} ({tier})": n for (p, tier), n in waiting.items() if p in names},
     }
 
 

@@ -104,14 +104,16 @@ def holder_keys(budget: Budget) -> Q:
     """The usage records a budget counts: its key's, its association's, or its account subtree's."""
     if budget.key_id:
         return Q(key_id=budget.key_id)
+    # A row names the association it charged (a front end's people charge their own); a row
+    # written without one charged its key's.
     if budget.membership_id:
-        return Q(key__membership_id=budget.membership_id)
+        return Q(membership_id=budget.membership_id) | Q(membership=None, key__membership_id=budget.membership_id)
     accounts: set[int] = {budget.account_id or 0}
     frontier = set(accounts)
     while frontier:
         frontier = set(Account.objects.filter(parent_id__in=frontier).values_list("pk", flat=True)) - accounts
         accounts |= frontier
-    return Q(key__membership__account_id__in=accounts)
+    return Q(membership__account_id__in=accounts) | Q(membership=None, key__membership__account_id__in=accounts)
 
 
 def _weighted(records: QuerySet[UsageRecord]) -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fairness.scheduling.live_counts import Stats
+from fairness.scheduling.units import parse_unit
 
 Status = Literal["none", "backlog", "full"]
 
@@ -44,13 +45,14 @@ def free_slots(stats: Stats, replicas: Iterable[str]) -> int | None:
     return sum(max(0, r["capacity"] - r["in_flight"]) for r in known)
 
 
-def tier_queues(stats: Stats, tier_of_key: Mapping[str, str]) -> dict[str, TierQueue]:
-    """Per tier: requests waiting, the keys they come from, requests running."""
+def tier_queues(stats: Stats) -> dict[str, TierQueue]:
+    """Per tier: requests waiting, the people they come from, requests running. (Admission
+    counts a person's keys of a tier together: units.py.)"""
     keys: dict[str, int] = {}
-    for key_id, figures in stats["keys"].items():
-        tier = tier_of_key.get(key_id)
-        if tier is not None and figures["queued"] > 0:
-            keys[tier] = keys.get(tier, 0) + 1
+    for unit, figures in stats["keys"].items():
+        person = parse_unit(unit)
+        if person is not None and figures["queued"] > 0:
+            keys[person[1]] = keys.get(person[1], 0) + 1
     return {
         name: TierQueue(name, t["queued"], keys.get(name, 0), t["in_flight"], t["borrowed"])
         for name, t in stats["tiers"].items()

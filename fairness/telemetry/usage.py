@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import redis
 import redis.asyncio
+from django.contrib.auth import get_user_model
 from django.db import DataError, IntegrityError, transaction
 
 from fairness.gateway.accounting import (
@@ -33,7 +34,7 @@ from fairness.gateway.accounting import (
     UsageEvent,
     dropped_events,
 )
-from fairness.models import ApiKey, UsageRecord
+from fairness.models import ApiKey, Membership, UsageRecord
 from fairness.store import keyspace
 from fairness.telemetry import usage_rollup
 
@@ -61,7 +62,9 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
             else:
                 by_id.setdefault(event["request_id"], event)  # a copy pushed again is left out
         events = list(by_id.values())
-        known = set(ApiKey.objects.filter(pk__in={e["key_id"] for e in events}).values_list("pk", flat=True))
+        owners = dict(ApiKey.objects.filter(pk__in={e["key_id"] for e in events}).values_list("pk", "owner_id"))
+        known = set(owners)
+        _forget_the_deleted(events, owners)
         with transaction.atomic():
             written = set(
                 UsageRecord.objects.filter(request_id__in=[e["request_id"] for e in events])
@@ -102,6 +105,24 @@ def _readable(item: bytes | str) -> UsageEvent | None:
     if not (isinstance(event["key_id"], int) and isinstance(event["request_id"], str)):
         return None
     return event  # type: ignore[no-any-return]
+
+
+def _forget_the_deleted(events: list[UsageEvent], owners: dict[int, int]) -> None:
+    """A person or membership deleted since the request ran is left out of its row (the row
+    stays, under its key), so the batch's insert is not refused for it. An event from before
+    the person was recorded was its key owner's."""
+    for event in events:
+        if "person_id" not in event and event["key_id"] in owners:
+            event["person_id"] = owners[event["key_id"]]
+    people = {e["person_id"] for e in events if isinstance(e.get("person_id"), int)}
+    memberships = {e["membership_id"] for e in events if isinstance(e.get("membership_id"), int)}
+    people &= set(get_user_model().objects.filter(pk__in=people).values_list("pk", flat=True))
+    memberships &= set(Membership.objects.filter(pk__in=memberships).values_list("pk", flat=True))
+    for event in events:
+        if event.get("person_id") not in people:
+            event["person_id"] = None
+        if event.get("membership_id") not in memberships:
+            event["membership_id"] = None
 
 
 def _insert(events: list[UsageEvent]) -> tuple[list[UsageRecord], list[UsageEvent]]:
@@ -161,6 +182,8 @@ def _row(event: UsageEvent) -> UsageRecord:
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
         tier=event.get("tier", "")[:40],
+        person_id=event.get("person_id"),
+        membership_id=event.get("membership_id"),
         prompt_count_source=str(event.get("prompt_count_source", ""))[:12],
         completion_count_source=str(event.get("completion_count_source", ""))[:12],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),

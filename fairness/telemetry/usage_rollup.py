@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from django.db.models import Sum
 from django.db.models.functions import TruncDay
 
-from fairness.models import QUEUE_WAIT_BUCKETS_MS, UsageHourly, UsageRecord
+from fairness.models import QUEUE_WAIT_BUCKETS_MS, ApiKey, UsageHourly, UsageRecord
 
 BUCKETS = len(QUEUE_WAIT_BUCKETS_MS) + 1  # the last one holds everything above the top bound
 
@@ -21,19 +21,23 @@ def bucket_of(queued_ms: int) -> int:
 
 def add(records: Iterable[UsageRecord]) -> None:
     """Fold records into their hourly rows (inside the caller's transaction)."""
-    totals: dict[tuple[int, dt.datetime], dict] = defaultdict(
+    totals: dict[tuple[int, int | None, dt.datetime], dict] = defaultdict(
         lambda: {"requests": 0, "errors": 0, "prompt": 0, "completion": 0, "waits": [0] * BUCKETS}
     )
+    records = list(records)
+    # A record written around the gateway names no person: its key's owner asked.
+    owners = dict(ApiKey.objects.filter(pk__in={r.key_id for r in records if r.person_id is None})
+                  .values_list("pk", "owner_id"))
     for record in records:
         hour = record.created_at.replace(minute=0, second=0, microsecond=0)
-        slot = totals[(record.key_id, hour)]
+        slot = totals[(record.key_id, record.person_id or owners.get(record.key_id), hour)]
         slot["requests"] += 1
         slot["errors"] += record.status >= 400
         slot["prompt"] += record.prompt_tokens
         slot["completion"] += record.completion_tokens
         slot["waits"][bucket_of(record.queued_ms)] += 1
-    for (key_id, hour), slot in totals.items():
-        row, _ = UsageHourly.objects.select_for_update().get_or_create(key_id=key_id, hour=hour)
+    for (key_id, person_id, hour), slot in totals.items():
+        row, _ = UsageHourly.objects.select_for_update().get_or_create(key_id=key_id, person_id=person_id, hour=hour)
         waits = row.queue_wait_counts or [0] * BUCKETS
         row.requests += slot["requests"]
         row.errors += slot["errors"]

@@ -114,7 +114,7 @@ def test_a_key_issued_in_the_browser_works_until_it_is_revoked_there(chromium, g
         body = mine.locator("main")
         expect(body).to_contain_text(alice_prefix)
         expect(body).not_to_contain_text(bob_prefix)
-        expect(body).to_contain_text("Each key runs up to 2 requests at a time.")
+        expect(body).to_contain_text("Each person runs up to 2 requests at a time, across all their")
         expect(mine.get_by_role("link", name="Keys", exact=True)).to_have_count(0)
         mine.screenshot(path=screenshot_dir / "me-dashboard.png", full_page=True)
         for path in ("/staff/keys/", "/staff/users/", "/staff/audit/"):

@@ -75,7 +75,7 @@ async def send(client: httpx.AsyncClient, url: str, member: Member, body: dict) 
 
 
 def key_stats(member: Member) -> dict:
-    return admission_stats()["keys"].get(str(member.key_id), {"in_flight": 0, "queued": 0})
+    return admission_stats()["keys"].get(member.unit, {"in_flight": 0, "queued": 0})
 
 
 async def wait_async(condition, timeout: float = 10.0) -> None:

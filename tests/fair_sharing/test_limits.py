@@ -33,7 +33,8 @@ def test_too_many_queued_gets_429_naming_the_limit(gateway, cast, on_engine8, en
     assert refused.status_code == 429
     assert int(refused.headers["retry-after"]) >= 1
     error = refused.json()["error"]
-    assert error["code"] == "queue_full" and "has 1 request waiting" in error["message"]
+    assert error["code"] == "queue_full"
+    assert "have 1 request waiting in the interactive tier, across your keys" in error["message"]
     assert "_" not in error["message"]  # words for people, not the tier's field names
 
 

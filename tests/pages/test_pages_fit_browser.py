@@ -92,7 +92,7 @@ def test_a_researchers_pages_fit_a_phone_and_pass_axe(chromium, gateway, replica
 
         check_page(page, gateway.url + "/me/")
         policy = page.locator(".policy").first.inner_text()
-        assert "Each key runs up to 2 requests at a time." in policy and "429" in policy
+        assert "Each person runs up to 2 requests at a time, across all their" in policy and "429" in policy
         assert "no waiting" in page.content()
 
         check_page(page, gateway.url + "/me/usage/")

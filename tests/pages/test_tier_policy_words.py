@@ -14,7 +14,8 @@ def _tier(name: str, **changes) -> Tier:
 
 def test_batch_says_it_borrows_beyond_its_caps_so_thirteen_at_once_is_no_contradiction() -> None:
     words = in_words(_tier("batch"), reserve_slots=3)
-    assert words[0] == "Each key runs up to 2 requests at a time."
+    assert words[0] == "Each person runs up to 2 requests at a time, across all their batch keys and any " \
+        "front end that speaks for them."
     assert words[1] == "All batch keys together run up to 2 requests at a time."
     borrowing = words[2]
     assert "borrows idle slots beyond these caps" in borrowing
@@ -27,16 +28,16 @@ def test_interactive_has_no_pool_and_no_borrowing() -> None:
     text = " ".join(words)
     assert "together" not in text
     assert "borrow" not in text
-    assert words[0] == "Each key runs up to 2 requests at a time."
+    assert words[0].startswith("Each person runs up to 2 requests at a time, across all their interactive keys")
 
 
 def test_it_names_both_queue_limits_that_answer_429() -> None:
     words = in_words(_tier("batch", max_queued_per_key=1024, max_queued=256, max_queue_wait_seconds=3600))
-    assert "Up to 1,024 requests per key may wait, 256 requests across all batch keys; one more is " \
+    assert "Up to 1,024 requests per person may wait, 256 requests across all batch keys; one more is " \
         "refused at once with 429 (Too Many Requests)." in words
     assert "A request that has waited 1 hour without starting is refused with 429." in words
     interactive = in_words(_tier("interactive"))
-    assert "Up to 16 requests per key may wait; one more is refused at once with 429 " \
+    assert "Up to 16 requests per person may wait; one more is refused at once with 429 " \
         "(Too Many Requests)." in interactive
     assert "A request that has waited 2 minutes without starting is refused with 429." in interactive
 
@@ -51,7 +52,7 @@ def test_head_start_is_said_in_minutes_and_its_absence_too() -> None:
 
 def test_singular_counts_read_as_english() -> None:
     words = in_words(_tier("batch", per_key_concurrency=1, pool_concurrency=1), reserve_slots=1)
-    assert words[0] == "Each key runs up to 1 request at a time."
+    assert words[0].startswith("Each person runs up to 1 request at a time, across all their batch keys")
     assert "leaving 1 slot free" in words[2]
 
 
@@ -74,3 +75,10 @@ def test_durations_in_words() -> None:
     assert duration_in_words(5400) == "1 hour 30 minutes"
     assert duration_in_words(7205) == "2 hours"
     assert duration_in_words(0) == "no time"
+
+
+def test_rate_limits_are_said_per_person_and_for_the_tier() -> None:
+    words = " ".join(in_words(_tier("interactive", key_requests_per_minute=3, tokens_per_minute=50_000)))
+    assert "Rate limits: each person at most 3 requests a minute; all interactive keys together at most " \
+        "50,000 weighted tokens a minute; past one, 429 says when to retry." in words
+    assert "Rate limits" not in " ".join(in_words(_tier("interactive")))

@@ -56,8 +56,8 @@ def test_every_column_sorts_both_ways(staff_client, cast, redis_client):
         keys[name].created_at = timezone.now() - dt.timedelta(days=10 - n)
         keys[name].last_used_at = timezone.now() - dt.timedelta(hours=n + 1)
         keys[name].save()
-    redis_client.hset(ADMISSION_NAMESPACE + "kin", str(keys["bob"].pk), 3)
-    redis_client.hset(ADMISSION_NAMESPACE + "kq", str(keys["alice"].pk), 7)
+    redis_client.hset(ADMISSION_NAMESPACE + "kin", f"p{keys['bob'].owner_id}.{keys['bob'].tier.name}", 3)
+    redis_client.hset(ADMISSION_NAMESPACE + "kq", f"p{keys['alice'].owner_id}.{keys['alice'].tier.name}", 7)
     p = {name: key.prefix for name, key in keys.items()}
 
     assert prefixes(staff_client.get("/staff/keys/?sort=owner")) == [p["alice"], p["bob"], p["carol"]]
@@ -91,8 +91,8 @@ def test_pages_hold_fifty_keys_and_keep_the_filters(staff_client, cast, tiers):
 def test_live_figures_refresh_from_a_json_endpoint(staff_client, cast, redis_client):
     carol = ApiKey.objects.get(pk=cast["carol"].key_id)
     alice = ApiKey.objects.get(pk=cast["alice"].key_id)
-    redis_client.hset(ADMISSION_NAMESPACE + "kin", str(carol.pk), 2)
-    redis_client.hset(ADMISSION_NAMESPACE + "kq", str(carol.pk), 5)
+    redis_client.hset(ADMISSION_NAMESPACE + "kin", f"p{carol.owner_id}.{carol.tier.name}", 2)
+    redis_client.hset(ADMISSION_NAMESPACE + "kq", f"p{carol.owner_id}.{carol.tier.name}", 5)
     body = staff_client.get(f"/staff/keys/load.json?prefix={carol.prefix}&prefix={alice.prefix}").json()
     assert body == {"keys": {carol.prefix: {"in_flight": 2, "queued": 5},
                              alice.prefix: {"in_flight": 0, "queued": 0}}}

@@ -50,7 +50,7 @@ def test_a_batch_researcher_is_told_that_batch_borrows_idle_slots(cast, client):
     client.force_login(carol)
     html = client.get("/me/").content.decode()
     assert "borrows idle slots beyond these caps" in html
-    assert "Up to 1,024 requests per key may wait" in html
+    assert "Up to 1,024 requests per person may wait" in html
     assert "A request that has waited 1 hour without starting is refused with 429." in html
 
 

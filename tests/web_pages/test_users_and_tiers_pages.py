@@ -70,7 +70,8 @@ def test_a_new_tier_is_created_from_the_form(staff_client, cast):
     gold = Tier.objects.get(name="gold")
     assert (gold.per_key_concurrency, gold.pool_concurrency, gold.head_start_seconds) == (4, 8, 30.0)
     html = staff_client.get("/staff/tiers/").content.decode()
-    assert "<li>Each key runs up to 4 requests at a time.</li><li>All gold keys together run up to 8 requests" in html
+    assert "<li>Each person runs up to 4 requests at a time, across all their gold keys and any front end that " \
+        "speaks for them.</li><li>All gold keys together run up to 8 requests" in html
 
 
 def test_a_tier_bound_on_its_queue_is_set_on_the_form_and_said_in_its_policy(staff_client, cast):
@@ -78,7 +79,7 @@ def test_a_tier_bound_on_its_queue_is_set_on_the_form_and_said_in_its_policy(sta
     assert response.status_code == 302
     assert Tier.objects.get(name="gold").max_queued == 100
     policy = staff_client.get("/staff/tiers/").content.decode()
-    assert "16 requests per key may wait, 100 requests across all gold keys" in policy
+    assert "16 requests per person may wait, 100 requests across all gold keys" in policy
     edit = staff_client.get("/staff/tiers/gold/edit/").content.decode()
     assert "Queued requests across the tier" in edit and 'name="max_queued" value="100"' in edit
     assert staff_client.post("/staff/tiers/gold/edit/", {**TIER, "max_queued": ""}).status_code == 302
