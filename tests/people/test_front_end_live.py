@@ -155,3 +155,29 @@ def test_a_key_that_adds_nobody_refuses_a_stranger_and_trusted_plain_headers_nam
 def test_a_front_ends_key_reaches_no_files_or_batches(gateway, front_end_key, on_engine8):
     listed = httpx.get(gateway.url + "/v1/files", headers=headers(front_end_key, jwt_headers(ANNA)), timeout=10)
     assert (listed.status_code, listed.json()["error"]["code"]) == (403, "front_end_route")
+
+
+def test_the_usage_report_and_sshare_list_the_front_ends_people_under_its_account(gateway, front_end_key, on_engine8):
+    import datetime as dt
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    for person in (ANNA, BEN, BEN):
+        answer = httpx.post(gateway.url + "/v1/chat/completions", json=chat(),
+                            headers=headers(front_end_key, jwt_headers(person)), timeout=30)
+        assert answer.status_code == 200
+    eventually(lambda: flushed() and UsageRecord.objects.filter(key_id=front_end_key.key_id).count() == 3,
+               what="three usage rows")
+    today = dt.datetime.now(dt.UTC).date()
+    out = io.StringIO()
+    call_command("usage_report", "--from", str(today), "--to", str(today + dt.timedelta(days=1)),
+                 "--by", "account,user", "--format", "json", stdout=out)
+    rows = {(row["account"], row["user"]): row["requests"] for row in json.loads(out.getvalue())["rows"] if row["user"]}
+    assert rows[("lab", "anna@lab.example")] == 1 and rows[("lab", "ben@lab.example")] == 2
+    assert not any(user == "openwebui-service" for _, user in rows)  # the front end is nobody's person
+    out = io.StringIO()
+    call_command("sshare", "--json", stdout=out)
+    shown = {(row["account"], row["user"]) for row in json.loads(out.getvalue())}
+    assert {("lab", "anna@lab.example"), ("lab", "ben@lab.example")} <= shown
