@@ -39,7 +39,7 @@ async def test_it_refuses_a_request_beyond_max_queued_per_key(
         await admitted(admission, limited)
     # A place frees at the latest when alice's oldest ticket times out: 20 - 4.5 s from now.
     assert refused.value.retry_after == 16
-    assert "has 2 requests waiting" in refused.value.message and "_" not in refused.value.message
+    assert "have 2 requests waiting" in refused.value.message and "_" not in refused.value.message
     assert await queued(admission, "alice") == 2
     await enqueue(admission, bob)  # other keys still queue
 

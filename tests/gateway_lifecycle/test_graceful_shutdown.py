@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, Tier
 from fairness.portal.keys import issue_key
-from fairness.scheduling.live_counts import key_load
+from fairness.scheduling.live_counts import person_load
 from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held
 from tests.gateway_process import GatewayProcess
@@ -106,11 +106,11 @@ def refuses_connections(port: int) -> bool:
 
 def load(client: redis.Redis, member: Member) -> tuple[int, int]:
     """(in flight, queued) for the member's key, as admission counts them in Redis."""
-    return key_load(client).get(member.key_id, (0, 0))
+    return person_load(client).get((member.user_id, member.tier), (0, 0))
 
 
 def all_returned(client: redis.Redis) -> bool:
-    return all(counts == (0, 0) for counts in key_load(client).values()) and nothing_held()
+    return all(counts == (0, 0) for counts in person_load(client).values()) and nothing_held()
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def wide(tiers) -> Callable[[str], Member]:
     def member(username: str) -> Member:
         user = get_user_model().objects.create(username=username)
         key, secret = issue_key(user, tier)
-        return Member(username, tier.name, secret, key.pk)
+        return Member(username, tier.name, secret, key.pk, key.owner_id)
 
     return member
 

@@ -63,7 +63,7 @@ def test_a_batch_backlog_beside_free_slots_is_no_alert_and_a_full_card_is(gatewa
             timeout=30, what=f"carol's 40 requests: 5 running, 35 waiting ({held[0].failures[:1]})",
         )
         assert backlog["totals"]["free_slots"] == 3
-        assert re.search(r"not for a full card \(3 slots free\): batch: 35 requests from 1 key\.",
+        assert re.search(r"not for a full card \(3 slots free\): batch: 35 requests from 1 person\.",
                          backlog["totals"]["queue_note"])
         assert tiers(backlog)["batch"]["waiting"] == 35 and tiers(backlog)["batch"]["waiting_keys"] == 1
         assert tiers(backlog)["interactive"]["expected_wait"] == "none"
@@ -85,7 +85,8 @@ def test_a_batch_backlog_beside_free_slots_is_no_alert_and_a_full_card_is(gatewa
         assert summary.startswith("36 requests waiting for 8 running")
         assert "Waiting by tier: batch 35, interactive 1." in summary
         assert "gp-" not in summary  # the public page names tiers, never keys
-        assert alert.figures["now"]["waiting_keys"]  # the staff pages can name them
+        assert alert.figures["now"]["waiting_people"]  # the staff pages can name them
+        assert "carol" not in summary  # ... and the public page never does
 
         # Ten of carol's requests give up: the open alert's figures follow.
         held.pop(1).stop()
