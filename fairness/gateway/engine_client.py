@@ -131,6 +131,23 @@ async def get(replica: ReplicaInfo, path: str, timeout: float) -> httpx.Response
         raise translate(exc, replica) from exc
 
 
+async def get_capped(replica: ReplicaInfo, path: str, timeout: float, limit: int) -> tuple[int, bytes]:
+    """A GET's status and body, read only up to `limit` bytes (engine_response_too_large beyond):
+    for answers the gateway parses off the request path, which an engine could make any size."""
+    headers = {"authorization": f"Bearer {replica.api_key}"} if replica.api_key else {}
+    pooled = client()
+    request = pooled.build_request("GET", replica.base_url + path, headers=headers, timeout=timeout)
+    try:
+        response = await pooled.send(request, stream=True)
+        try:
+            content = await _read_capped(response, limit)
+        finally:
+            await response.aclose()
+    except httpx.HTTPError as exc:
+        raise translate(exc, replica) from exc
+    return response.status_code, content
+
+
 async def post_json(url: str, payload: Mapping[str, object], timeout: float) -> httpx.Response:
     """A notification to somewhere other than an engine (alert webhooks)."""
     response = await client().post(url, json=payload, timeout=timeout)

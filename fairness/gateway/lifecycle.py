@@ -48,13 +48,15 @@ def request_estimate(request: ProxyRequest, body_bytes: int) -> float:
     )  # fmt: skip
 
 
-def completion_ask(request: ProxyRequest, body_bytes: int) -> CompletionAsk:
+def completion_ask(request: ProxyRequest, body_bytes: int, context_tokens: int | None = None) -> CompletionAsk:
     """What a budgeted request asks of its budgets: the engine's own limit for it, or, when it
-    runs to the end of the context, what the context leaves after its prompt."""
+    runs to the end of the context, what the context leaves after its prompt (`context_tokens`:
+    the one its replicas state, context_lengths.py; GP_MODEL_CONTEXT_TOKENS when none is given)."""
     prompt = prompt_estimate(body_bytes)
     stated = request_parsing.completion_limit(request)
     least = settings.GP_BUDGET_MIN_COMPLETION_TOKENS
-    most = stated if stated is not None else max(least, settings.GP_MODEL_CONTEXT_TOKENS - prompt)
+    context = settings.GP_MODEL_CONTEXT_TOKENS if context_tokens is None else context_tokens
+    most = stated if stated is not None else max(least, context - prompt)
     return CompletionAsk(prompt * settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
                          most, min(least, most))
 

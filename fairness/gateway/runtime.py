@@ -21,6 +21,7 @@ from django.conf import settings
 
 from fairness.gateway import engine_client, health_probes
 from fairness.gateway.api_keys import KeyCache
+from fairness.gateway.context_lengths import ContextLengths
 from fairness.gateway.front_end_people import FrontEndPeople
 from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
@@ -91,7 +92,9 @@ class GatewayRuntime:
         self.usage_outbox = UsageOutbox(self.lane, admission=self.admission)
         self.large_bodies = LargeBodyGate()
         self.directory: ReplicaDirectory | None = None
+        self.context_lengths = ContextLengths()
         self._capacity: dict[str, int] = {}
+        self._up: set[str] = set()  # the replicas healthy at the last sync_capacity
         self._reload_lock = asyncio.Lock()
         self._capacity_lock = asyncio.Lock()
         self._capacity_stated = 0  # how many times sync_capacity has stated it
@@ -161,6 +164,7 @@ class GatewayRuntime:
         async with self._capacity_lock:
             groups = self.directory.groups()
             up = await health.healthy(self.redis, self.directory.all)
+            self._up = set(up)
             capacity = {
                 group: {r.name: r.max_num_seqs if r.name in up else 0 for r in members}
                 for group, members in groups.items()
@@ -220,6 +224,7 @@ class GatewayRuntime:
                         self.redis, self.directory.all, interval, self.config.health_timeout
                     )
                     await self.sync_capacity()
+                    await self.context_lengths.learn(self.directory.all, self._up, self.config.health_timeout)
             except (redis.exceptions.RedisError, OSError):
                 log.warning("health loop: Redis unavailable", exc_info=True)
             await asyncio.sleep(interval)

@@ -126,7 +126,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         await lifecycle.admit(demand_of(
             key, group, _preference(replicas, parsed, request.headers),
             estimate=request_estimate(parsed, len(body)),
-            completion=completion_ask(parsed, len(body)) if key.budget_rules else None,  # no budgets: no work
+            completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
+            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
         ))
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
