@@ -7,6 +7,10 @@ replica itself (vLLM's /tokenize) when it answers, else estimated from the body'
 bytes-per-token ratio this process measured on its own completed requests. The usage record says
 which (`prompt_count_source`), and how the completion tokens were counted
 (`completion_count_source`).
+
+A whole answer abandoned before it came shows nothing of its progress, yet the engine decoded
+for it all the while it held its slot: it is charged what this process measured the engine does
+in that time (DecodeCalibration), recorded as completion source "estimate".
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from fairness.scheduling.directory import ReplicaInfo
 
 # "prompt_ids": a completions prompt given as token ids, which counts itself.
 PromptSource = Literal["engine", "tokenize", "estimate", "prompt_ids"]
-# "engine": its usage counts; "events": content events relayed before the abort; "unknown": a
-# whole answer abandoned before it came, whose progress the gateway cannot see (charged 0).
-CompletionSource = Literal["engine", "events", "unknown"]
+# "engine": its usage counts; "events": content events relayed before the abort; "estimate": a
+# whole answer abandoned before it came, charged the engine's measured pace over the time it held
+# its slot; "unknown": an answer that failed without counts (charged 0).
+CompletionSource = Literal["engine", "events", "estimate", "unknown"]
 
 # Before any request completed here: about four bytes of request body per prompt token, what
 # BPE tokenizers give on English text (JSON framing adds a little, so it errs towards less).
@@ -54,6 +59,73 @@ class PromptCalibration:
 
 
 calibration = PromptCalibration()  # one per gateway process, as its completed requests are
+
+# Before any request completed here: a first token after one second, then ten tokens a second. A
+# 7-8B model on one card decodes 30-60 tokens a second for a sequence alone and 10-20 in a full
+# batch, and a first token takes a fraction of a second to a few under load: both figures err
+# towards charging less, as the prompt's default does.
+DEFAULT_TOKENS_PER_SECOND = 10.0
+DEFAULT_FIRST_TOKEN_SECONDS = 1.0
+# The engine's pace follows its load (a full batch decodes each sequence slower than one alone),
+# so recent requests weigh more: each new one keeps this share of the figures before it (about
+# the last hundred requests count).
+DECODE_MEMORY = 0.99
+# An answer shorter than this measures the engine's overheads more than its pace.
+MIN_DECODE_TOKENS = 4
+
+
+class DecodeCalibration:
+    """The engine's time to a first token and its decode pace after it, over this process's
+    completed requests, in seconds measured from sending a request to the engine.
+
+    Sums, as PromptCalibration's, so a long answer weighs more than a short one; but decaying
+    sums (DECODE_MEMORY), since the pace changes with the engine's load as a ratio of body bytes
+    to tokens does not."""
+
+    def __init__(
+        self, tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
+        first_token_seconds: float = DEFAULT_FIRST_TOKEN_SECONDS, memory: float = DECODE_MEMORY,
+    ) -> None:
+        self.default_pace = tokens_per_second
+        self.default_first_token = first_token_seconds
+        self.memory = memory
+        self.tokens = 0.0
+        self.decode_seconds = 0.0
+        self.first_token_total = 0.0
+        self.first_token_weight = 0.0
+
+    def observe(self, completion_tokens: int, seconds: float, first_token_seconds: float | None = None) -> None:
+        """A completed request: the completion tokens its engine counted, the seconds from sending
+        it to the end of its answer, and those to its first token when it streamed. A whole answer
+        comes at once: its decode took what remains after the measured time to a first token."""
+        if first_token_seconds is not None and 0.0 <= first_token_seconds <= seconds:
+            self.first_token_total = self.first_token_total * self.memory + first_token_seconds
+            self.first_token_weight = self.first_token_weight * self.memory + 1.0
+            decode = seconds - first_token_seconds
+        else:
+            decode = seconds - self.first_token_seconds
+        if completion_tokens >= MIN_DECODE_TOKENS and decode > 0.0:
+            self.tokens = self.tokens * self.memory + completion_tokens
+            self.decode_seconds = self.decode_seconds * self.memory + decode
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.decode_seconds if self.decode_seconds else self.default_pace
+
+    @property
+    def first_token_seconds(self) -> float:
+        if not self.first_token_weight:
+            return self.default_first_token
+        return self.first_token_total / self.first_token_weight
+
+    def estimate(self, held_seconds: float, limit: int) -> int:
+        """The completion tokens an engine decoded for a request that held its slot this long,
+        at most the request's completion limit."""
+        decoding = max(0.0, held_seconds - self.first_token_seconds)
+        return max(0, min(limit, round(self.tokens_per_second * decoding)))
+
+
+decode_pace = DecodeCalibration()  # one per gateway process, as `calibration`
 
 
 def tokenize_body(endpoint: str, payload: dict[str, Any]) -> dict[str, Any] | None:

@@ -94,12 +94,16 @@ class RequestLifecycle:
     def __init__(
         self, runtime: GatewayRuntime, request_id: str, key: KeyInfo, endpoint: str, model: str,
         stream: bool, *, payload: dict[str, Any] | None = None, body_bytes: int = 0,
+        completion_limit: int | None = None,
     ) -> None:
         self.runtime = runtime
         self.payload = payload  # to count the prompt if the client leaves before its usage comes
         self.body_bytes = body_bytes
+        self.completion_limit = completion_limit  # the request's own (None: to the end of the context)
         self.replica: ReplicaInfo | None = None
         self.started = time.perf_counter()
+        self.sent_at: float | None = None  # when it went to the replica that holds its slot
+        self.held_seconds = 0.0  # from then to the end, when the answer did not come
         self.event: accounting.UsageEvent = {
             "key_id": key.id,
             "person_id": key.person_id,
@@ -162,6 +166,7 @@ class RequestLifecycle:
         """This request goes to `replica` (the one its lease holds a slot on)."""
         self.event["replica"] = replica.name
         self.replica = replica
+        self.sent_at = time.perf_counter()
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
         """Give back and account, once. The Redis work runs in the background: the client
@@ -192,7 +197,20 @@ class RequestLifecycle:
             counted, source = abandoned_work.calibration.estimate(self.body_bytes), "estimate"
         self.event["prompt_tokens"] = counted
         self.event["prompt_count_source"] = source
+        if self.event.get("completion_count_source") == "unknown":
+            self.event["completion_tokens"] = abandoned_work.decode_pace.estimate(self.held_seconds, self._room())
+            self.event["completion_count_source"] = "estimate"
         await self._settle()
+
+    def _room(self) -> int:
+        """The most completion tokens the engine could have run this request to."""
+        assert self.replica is not None
+        limits = [self.completion_limit, self.grant.completion_limit if self.grant is not None else None]
+        stated = [limit for limit in limits if limit is not None]
+        if stated:
+            return min(stated)
+        context = self.runtime.context_lengths.of([self.replica])
+        return max(0, context - self.event["prompt_tokens"])
 
     async def _settle(self) -> None:
         """The lease back and the usage recorded, in one round trip. If that fails, the usage
@@ -233,10 +251,14 @@ class RequestLifecycle:
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event
         event["status"] = status
-        event["latency_ms"] = round((time.perf_counter() - self.started) * 1000)
+        ended = time.perf_counter()
+        event["latency_ms"] = round((ended - self.started) * 1000)
         if tally is None:
-            # A whole answer abandoned before it came: how far the engine got is not seen here.
+            # A whole answer abandoned before it came: how far the engine got is not seen here,
+            # only how long it had (an abandoned one is charged the estimate in _count_then_settle).
             event["completion_count_source"] = "unknown"
+            if self.sent_at is not None:
+                self.held_seconds = ended - self.sent_at
             return
         event["prompt_tokens"] = tally.prompt_tokens
         event["cached_tokens"] = tally.cached_tokens
@@ -245,6 +267,11 @@ class RequestLifecycle:
         event["completion_count_source"] = "engine" if tally.completion_tokens or tally.finished else "events"
         if tally.finished:
             abandoned_work.calibration.observe(self.body_bytes, tally.prompt_tokens)
+            if self.sent_at is not None and not tally.failed:
+                first = tally.first_byte_at if event["stream"] else None  # a whole answer's comes at its end
+                abandoned_work.decode_pace.observe(
+                    tally.completion_tokens, ended - self.sent_at, None if first is None else first - self.sent_at
+                )
         if tally.first_byte_at is not None:
             event["ttft_ms"] = round((tally.first_byte_at - self.started) * 1000)
         if tally.failed:

@@ -120,7 +120,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
 
     lifecycle = RequestLifecycle(
         runtime, request.request_id, key, endpoint, parsed.model, parsed.stream,
-        payload=parsed.payload, body_bytes=len(body),
+        payload=parsed.payload, body_bytes=len(body), completion_limit=request_parsing.completion_limit(parsed),
     )
     try:
         await lifecycle.admit(demand_of(
