@@ -55,7 +55,7 @@ def busy_portal(cast) -> dict[str, str]:
     dora = User.objects.create_user("dora")
     actions.set_user_active(actor, dora, False)
     asyncio.run(polling.poll_once())  # what the poll task does: the replica page shows health
-    return {"carol": carol.prefix, "bob": bob.prefix, "carol_id": str(carol.pk)}
+    return {"carol": carol.prefix, "bob": bob.prefix, "carol_unit": f"p{carol.owner_id}.{carol.tier.name}"}
 
 
 @pytest.mark.browser
@@ -124,7 +124,7 @@ def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway,
         expect(cell).to_have_text("0")
         grading = redis.Redis.from_url(redis_url)
         try:
-            grading.hset(ADMISSION_NAMESPACE + "kq", found["carol_id"], 6)
+            grading.hset(ADMISSION_NAMESPACE + "kq", found["carol_unit"], 6)
             expect(cell).to_have_text("6", timeout=15_000)  # the page polls every 5 s
         finally:
             grading.close()
