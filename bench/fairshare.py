@@ -1,7 +1,7 @@
 """Fair-share benchmark: does the queue score's fair-share term share a tier's pool by weighted
 tokens, by account shares, with memory, without idling slots or starving anyone?
 
-    .venv/bin/python -m bench.fairshare [--quick] [--speed X] [--only 1,2,3,4,5]
+    .venv/bin/python -m bench.fairshare [--quick] [--speed X] [--only 1,2,3,4,5,6,7]
 
 Every scenario runs twice, each time on a fresh portal (private redis-server, fresh SQLite, one
 gateway, one enginesim with 8 slots): "today" (the tier's fairshare_weight_seconds = 0, the
@@ -46,6 +46,12 @@ seconds, so W keeps its size against queue ages (--weight overrides it).
    charged as any prompt token) and 0.1 (the default), interleaved in rounds on fresh portals.
    Per run: hit:miss charged (the gateway's books) and hit:miss served (completion tokens
    received); the figure is the median over rounds of served(0.1) / served(1.0).
+7. People behind a front end: "ann" and "ben" speak through ONE key, Open WebUI's (each request
+   names its person in a freshly minted X-OpenWebUI-User-Jwt, exp 300 s; bench/front_end.py), and
+   "cat" through a key of her own; the same traffic, all three backlogged, in one account (equal
+   shares: the gateway adds ann and ben to the front end's account on first sight). Weighted
+   service per person and every pair's ratio (target 0.8-1.25), and what the gateway's books
+   charged each (the front end's own membership: nothing).
 
 Writes bench/results/fairshare.json and fairshare.png; prints tables and PASS/FAIL targets. The
 cost targets (admission with 10,000 waiting, added latency) are bench/admission_cost.py's and
@@ -67,15 +73,19 @@ from typing import Any
 
 from bench import fairshare_report as fs_report
 from bench import fairshare_runs as fr
-from bench import load, measures, report
+from bench import front_end, load, measures, report
 from bench.fairshare_plot import plot
 from bench.fairshare_runs import Run, User
-from bench.harness import AccountSpec, EngineSpec, portal
+from bench.front_end import FrontEndTarget
+from bench.harness import EPOCH_CHECK_SECONDS, AccountSpec, EngineSpec, Portal, portal
 
 SLOTS = 8
 POOL = 4
 DEFAULT_WEIGHT = 300.0  # Tier.fairshare_weight_seconds' default, in engine seconds here
 FRESH5 = tuple(f"fresh{i}" for i in range(1, 7))
+FRONT_END7 = "openwebui"  # the front end's service user, whose key speaks for PEOPLE7
+PEOPLE7 = ("ann", "ben")
+OWN7 = "cat"  # a key of her own
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,7 @@ class Config:
     weight5: float  # wall s
     window6: float
     rounds6: int  # of interleaved runs, one per cached-prompt weight
+    window7: float
 
     @classmethod
     def make(cls, speed: float | None, quick: bool, weight: float | None) -> Config:
@@ -106,7 +117,8 @@ class Config:
                    jain_window=wall(30), window1=wall(180 * k), window2=wall(120 * k),
                    window3=wall(160 * k), segment4=wall(30 * k), window5=wall(130 * k),
                    half_life3=wall(100 * k), seed3=wall(75 * k) * nominal_rate(speed),
-                   weight5=wall(50 * k), window6=wall(60 * k), rounds6=2 if quick else 3)
+                   weight5=wall(50 * k), window6=wall(60 * k), rounds6=2 if quick else 3,
+                   window7=wall(120 * k))
 
 
 def nominal_rate(speed: float) -> float:
@@ -352,8 +364,66 @@ def scenario6(cfg: Config) -> dict[str, Any]:
             "charged_gain": _median([r["charged_gain"] for r in rounds])}
 
 
+def _introduce(p: Portal, targets: dict[str, load.Target]) -> None:
+    """One short request each, so the gateway adds the front end's people before the load
+    starts; then long enough for every gateway to see the account's new members."""
+
+    async def first_requests() -> None:
+        async with load.make_client() as client:
+            for name, target in targets.items():
+                body = load.chat_body(p.model, "Hello.", 1)
+                call = await load.chat(client, target, 0, body, load.Call(name, "hello"))
+                if not call.ok:
+                    raise RuntimeError(f"{name}'s first request failed: {call.error}\n{p.logs()}")
+
+    asyncio.run(first_requests())
+    time.sleep(EPOCH_CHECK_SECONDS * 2 + 0.1)
+
+
+def front_end_run(cfg: Config, mode: str, weight: float) -> Run:
+    users = [User(name, 200, 2 * POOL) for name in (*PEOPLE7, OWN7)]
+    with portal(members={FRONT_END7: "interactive", OWN7: "interactive"}, engines=[EngineSpec(SLOTS, cfg.speed)],
+                tiers=tiers(weight), accounts={"lab": AccountSpec(1, (FRONT_END7, OWN7))}) as p:
+        service = p.members[FRONT_END7]
+        front_end.make_front_end(service.key_id)
+        time.sleep(EPOCH_CHECK_SECONDS * 2 + 0.1)  # every gateway reloads the key as a front end's
+        named = front_end.people(PEOPLE7)
+        targets: dict[str, load.Target] = {
+            name: FrontEndTarget((p.gateway_url(),), service.secret, name, user) for name, user in named.items()}
+        _introduce(p, {**targets, OWN7: load.Target((p.gateway_url(),), p.secret(OWN7), OWN7)})
+        for name, user in named.items():
+            p.members[name] = front_end.person(service, user, name)
+        print(f"  {mode} (W = {weight:g} s): {cfg.window7:.0f} s ...", flush=True)
+        return asyncio.run(fr.drive(p, mode, weight, users, cfg.window7, targets=targets))
+
+
+def scenario7(cfg: Config) -> dict[str, Any]:
+    people = (*PEOPLE7, OWN7)
+    pairs = list(itertools.combinations(people, 2))
+    out = {}
+    for mode, w in modes(cfg):
+        run = front_end_run(cfg, mode, w)
+        s = fr.served(run)
+        charged = run.books[-1][1] if run.books else {}
+        ratios = {f"{a}:{b}": _ratio(s, a, b) for a, b in pairs}
+        known = [r for r in ratios.values() if r]
+        rows = fr.windows(run, cfg.jain_window)
+        jain = [r["jain"] for r in rows if r["jain"] is not None]
+        out[mode] = {
+            "weight": w, "duration": run.duration, "served": s, "ratios": ratios,
+            "spread": max((max(r, 1 / r) for r in known), default=None) if len(known) == len(pairs) else None,
+            "charged": {name: charged.get(name, 0.0) for name in (*people, FRONT_END7)},
+            "charged_ratios": {f"{a}:{b}": _ratio(charged, a, b) for a, b in pairs},
+            "completed": {name: fr.completed(run, name) for name in people},
+            "refused": {name: sum(1 for c in run.of(name) if c.status not in (0, 200)) for name in people},
+            "jain_mean": sum(jain) / len(jain) if jain else None, "jain_min": min(jain, default=None),
+            "cumulative": _series(run),
+        }  # fmt: skip
+    return out
+
+
 SCENARIOS = {"1": scenario1, "2": scenario2, "3": scenario3, "4": scenario4, "5": scenario5,
-             "6": scenario6}
+             "6": scenario6, "7": scenario7}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight", type=float, default=None,
                         help="W of the fair-share runs in scenarios 1-4, wall seconds "
                              "(default 300 / speed)")
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run, e.g. 1,3")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="scenarios to run, e.g. 1,3")
     parser.add_argument("--name", default="fairshare", help="results file name")
     args = parser.parse_args(argv)
     cfg = Config.make(args.speed, args.quick, args.weight)

@@ -161,8 +161,37 @@ def targets6(s: dict[str, Any]) -> list[Target]:
     ]
 
 
+def table7(s: dict[str, Any]) -> str:
+    people = [name for name in s["today"]["completed"]]
+    pairs = list(s["today"]["ratios"])
+    rows = [[m, s[m]["weight"], *(s[m]["served"].get(n) for n in people), *(s[m]["ratios"][p] for p in pairs),
+             *(s[m]["charged_ratios"][p] for p in pairs), *(s[m]["completed"][n] for n in people),
+             s[m]["jain_mean"]] for m in MODES]
+    return report.table(
+        ["mode", "W s", *(f"{n} weighted" for n in people), *(f"{p} served" for p in pairs),
+         *(f"{p} charged" for p in pairs), *(f"{n} done" for n in people), "Jain mean"], rows,
+        title=f"Scenario 7: {' and '.join(people[:-1])} through one front-end key (a fresh user JWT each request), "
+              f"{people[-1]} with her own key; one account, equal shares, all backlogged")
+
+
+def targets7(s: dict[str, Any]) -> list[Target]:
+    fair = s["fair share"]
+    worst = max(fair["ratios"].items(), key=lambda kv: max(kv[1], 1 / kv[1]) if kv[1] else 0.0)
+    charged = fair["charged"]
+    return [
+        report.target("7. people behind a front end: weighted service, every pair, larger / smaller",
+                      fair["spread"], "<=", 1.25, "x",
+                      f"worst pair {worst[0]} = {fmt(worst[1])} (0.8-1.25); "
+                      + ", ".join(f"{p} {fmt(r)}" for p, r in fair["ratios"].items())
+                      + f"; today's spread {fmt(s['today']['spread'])}"),
+        report.target("  (info) 7. the front end's own membership charged (its people charge their own)",
+                      charged.get("openwebui"), "<=", 0.0, " wtok",
+                      ", ".join(f"{n} {fmt(v)}" for n, v in charged.items() if n != "openwebui")),
+    ]
+
+
 Section = Callable[[dict[str, Any]], Any]
 TABLES: dict[str, Section] = {"1": table1, "2": table2, "3": table3, "4": table4, "5": table5,
-                              "6": table6}
+                              "6": table6, "7": table7}
 TARGETS: dict[str, Section] = {"1": targets1, "2": targets2, "3": targets3, "4": targets4,
-                               "5": targets5, "6": targets6}
+                               "5": targets5, "6": targets6, "7": targets7}

@@ -81,11 +81,13 @@ async def _sample_books(adm: Any, names: Mapping[str, str], t0: float, period: f
 
 async def drive(p: Portal, mode: str, weight: float, users: Sequence[User], duration: float,
                 seed: Mapping[str, float] | None = None, books_period: float = 0.25,
-                during: Any = None, bodies: Mapping[str, Callable[[int], load.Body]] | None = None) -> Run:
+                during: Any = None, bodies: Mapping[str, Callable[[int], load.Body]] | None = None,
+                targets: Mapping[str, Target] | None = None) -> Run:
     """Charge ``seed`` (username -> weighted tokens, valued now), then keep every user
     backlogged through gateway 0 for ``duration`` wall seconds and cut off what is still open.
     ``during(run)``, if given, is a coroutine run beside the load (e.g. tier edits); ``bodies``
-    (username -> the body of a user's n-th request) replaces PROMPT for those users."""
+    (username -> the body of a user's n-th request) replaces PROMPT for those users; ``targets``
+    (username -> where and how to send) replaces their own key on gateway 0 (a front end's)."""
     import redis.asyncio
 
     from fairness.scheduling.admission import Admission
@@ -104,7 +106,7 @@ async def drive(p: Portal, mode: str, weight: float, users: Sequence[User], dura
             run = Run(mode, weight, t0, t0 + duration, time.time(), calls, prompt, seeded)
             tasks = [asyncio.create_task(_sample_books(adm, names, t0, books_period, run.books))]
             for user in users:
-                target = Target((p.gateway_url(),), p.secret(user.name), user.name)
+                target = (targets or {}).get(user.name) or Target((p.gateway_url(),), p.secret(user.name), user.name)
                 body = load.chat_body(p.model, PROMPT, user.max_tokens)
 
                 def same(n: int, body: load.Body = body) -> load.Body:
