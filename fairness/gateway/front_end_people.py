@@ -65,8 +65,15 @@ def named_email(front_end: FrontEnd, headers: Mapping[str, str], now: float) -> 
 
 
 def _checked_claims(token: str, secret: str, now: float) -> dict[str, Any]:
+    claims = _signed_claims(token, secret)
+    _check_times(claims["exp"], claims.get("iat"), now)
+    return claims
+
+
+def _signed_claims(token: str, secret: str) -> dict[str, Any]:
+    """The claims of a token signed with ``secret``, its exp a number; its times unchecked."""
     try:
-        # Expiry is checked here against the injectable clock, not PyJWT's own time.time().
+        # Expiry is checked by _check_times against the injectable clock, not PyJWT's own time.time().
         claims: dict[str, Any] = jwt.decode(
             token, secret, algorithms=["HS256"], issuer=ISSUER,
             options={"require": ["exp", "iss", "email"], "verify_exp": False, "verify_iat": False},
@@ -76,12 +83,14 @@ def _checked_claims(token: str, secret: str, now: float) -> dict[str, Any]:
     exp = claims.get("exp")
     if isinstance(exp, bool) or not isinstance(exp, int | float):
         raise _unauthorized("The X-OpenWebUI-User-Jwt token was refused: its exp is not a time.")
+    return claims
+
+
+def _check_times(exp: float, iat: object, now: float) -> None:
     if exp <= now:
         raise _unauthorized("The X-OpenWebUI-User-Jwt token has expired.", code="expired_user_token")
-    iat = claims.get("iat")
     if isinstance(iat, int | float) and not isinstance(iat, bool) and iat > now + CLOCK_SKEW_SECONDS:
         raise _unauthorized("The X-OpenWebUI-User-Jwt token was refused: it was issued in the future.")
-    return claims
 
 
 def _reason(exc: jwt.InvalidTokenError) -> str:
@@ -121,11 +130,38 @@ class Person:
     refusal: ApiError | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _SignedToken:
+    """What a token whose signature held says, and the secret it held under."""
+
+    secret: str
+    email: str
+    name: str
+    exp: float
+    iat: object
+
+
+@dataclasses.dataclass
+class _Spoken:
+    """A person as a key speaks for them, found at ``at``; ``key`` as it speaks for them, built
+    from ``base`` (the key as loaded) on first use."""
+
+    at: float
+    person: Person
+    base: KeyInfo | None = None
+    key: KeyInfo | None = None
+
+
 class FrontEndPeople:
     """(front-end key, e-mail) -> the key as it speaks for that person, kept like the key cache
-    (cleared with it when the config epoch changes)."""
+    (cleared with it when the config epoch changes).
+
+    Signed tokens are remembered too, by (key, token): Open WebUI mints one per request with iat
+    in whole seconds, so a person's requests within the same second carry the same token, and its
+    signature need not be checked again. Its times are checked against the clock on every use."""
 
     MAX_ENTRIES = 50_000
+    MAX_TOKENS = 10_000
 
     def __init__(
         self, ttl: float, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
@@ -133,12 +169,33 @@ class FrontEndPeople:
         self.ttl = ttl
         self.clock = clock
         self.wall = wall  # token expiry is wall-clock time
-        self._entries: dict[tuple[int, str], tuple[float, Person]] = {}
+        self._entries: dict[tuple[int, str], _Spoken] = {}
+        self._tokens: dict[tuple[int, str], _SignedToken] = {}
         self._generation = 0
 
     def clear(self) -> None:
         self._entries.clear()
+        self._tokens.clear()
         self._generation += 1
+
+    def named_email(self, key_id: int, front_end: FrontEnd, headers: Mapping[str, str]) -> tuple[str, str]:
+        """named_email, a token this key's requests sent before not checked twice."""
+        token = headers.get(JWT_HEADER)
+        if not token or not front_end.jwt_secret:
+            return named_email(front_end, headers, self.wall())
+        now = self.wall()
+        seen = self._tokens.get((key_id, token))
+        if seen is None or seen.secret != front_end.jwt_secret:
+            claims = _signed_claims(token, front_end.jwt_secret)
+            _check_times(claims["exp"], claims.get("iat"), now)
+            seen = _SignedToken(front_end.jwt_secret, _email(claims.get("email")), str(claims.get("name") or "")[:150],
+                                claims["exp"], claims.get("iat"))
+            if len(self._tokens) >= self.MAX_TOKENS:
+                self._tokens.clear()
+            self._tokens[(key_id, token)] = seen
+        else:
+            _check_times(seen.exp, seen.iat, now)
+        return seen.email, seen.name
 
     async def speak_for(self, key: KeyInfo, headers: Mapping[str, str]) -> KeyInfo:
         """The key as it speaks for the person its request names; the key itself when it is
@@ -146,24 +203,26 @@ class FrontEndPeople:
         front_end = key.front_end
         if front_end is None:
             return key
-        email, name = named_email(front_end, headers, self.wall())
+        email, name = self.named_email(key.id, front_end, headers)
         now = self.clock()
         cached = self._entries.get((key.id, email))
-        if cached is None or now - cached[0] > self.ttl:
+        if cached is None or now - cached.at > self.ttl:
             generation = self._generation
-            cached = (now, await _find_or_add(key.id, front_end, email, name))
+            cached = _Spoken(now, await _find_or_add(key.id, front_end, email, name))
             if generation == self._generation:
                 if len(self._entries) >= self.MAX_ENTRIES:
                     self._entries.clear()
                 self._entries[(key.id, email)] = cached
-        person = cached[1]
+        person = cached.person
         if person.refusal is not None:
             raise person.refusal
-        return dataclasses.replace(
-            key, person_id=person.person_id, membership_id=person.membership_id, association=person.association,
-            share=person.share, budget_rules=person.budget_rules,
-            rate_limits=budget_rules.rate_limits(unit_of(person.person_id, key.tier.name), key.tier),
-        )
+        if cached.key is None or cached.base is not key:  # the key reloaded: build it again
+            cached.base, cached.key = key, dataclasses.replace(
+                key, person_id=person.person_id, membership_id=person.membership_id, association=person.association,
+                share=person.share, budget_rules=person.budget_rules,
+                rate_limits=budget_rules.rate_limits(unit_of(person.person_id, key.tier.name), key.tier),
+            )
+        return cached.key
 
 
 @sync_to_async
