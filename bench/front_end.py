@@ -8,6 +8,7 @@ adds a person to the key's account the first time it is named; ``person`` then f
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 from bench.harness import Member
@@ -19,17 +20,23 @@ JWT_HEADER = "X-OpenWebUI-User-Jwt"
 
 @dataclass(frozen=True)
 class ForwardedUser:
-    """A person as the front end names them; picklable, so load-generator processes mint too."""
+    """A person as the front end names them; picklable, so load-generator processes mint too.
+
+    Open WebUI's iat is in whole seconds, so a person's requests within one second carry the same
+    token; ``new_tokens`` adds a random jti, so that no token is ever sent twice (the cost of a
+    token the gateway has not seen, as when a person's requests are seconds apart)."""
 
     id: str
     email: str
     name: str
     jwt_secret: str = SECRET
+    new_tokens: bool = False
 
     def headers(self) -> dict[str, str]:
         """A fresh token, as Open WebUI mints one for every request it forwards."""
         user = OpenWebUIUser(self.id, self.email, self.name)
-        return {JWT_HEADER: mint_forward_user_jwt(user, secret=self.jwt_secret)}
+        extra = {"jti": secrets.token_hex(8)} if self.new_tokens else {}
+        return {JWT_HEADER: mint_forward_user_jwt(user, secret=self.jwt_secret, **extra)}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,14 @@ Systems, measured in turn (rotated every round, so the box's other work hits all
   litellm×1     LiteLLM's proxy (bench/overhead_litellm.py), one worker
   before×1      with --baseline TREE: the gateway of an earlier checkout (bench/overhead_baseline.py),
                 one worker, its keys in the same tier: what the code since then costs
+Paired, c=1: one client sends its requests in turn to direct, gateway×1 with a plain key, gateway×1
+with a front end's key ("front end×1": Open WebUI's, each request naming its person in a JWT minted
+afresh, as Open WebUI does, and checked by the gateway; bench/front_end.py), the same with no token
+ever sent twice ("front end×1 new tokens": Open WebUI's iat is in whole seconds, so at c=1 most of
+its tokens repeat one sent within the same second) and, with --baseline, before×1 with the plain
+key (an earlier tree knows no front ends). Each arm's added latency is its
+p50 / p99 less direct's, per round (the arms' order rotated every round); the figures are medians
+of the rounds, beside before×1's.
 Phases: non-streaming chats (16 tokens) at concurrency 1, 16, 64; streamed chats of 256 chunks at
 concurrency 1 and 16 (enginesim --instant writes a whole stream at once, so any gap between
 chunks at the client is the proxy's doing); "paced" streams from a timed enginesim (about 10 ms
@@ -41,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import overhead_baseline, overhead_litellm, overhead_profile, overhead_report, report
+from bench import front_end, overhead_baseline, overhead_litellm, overhead_profile, overhead_report, report
 from bench.harness import LOGS, ROOT, EngineSpec, Portal, cleanup_on_sigterm, portal, setup_django
 from bench.overhead_client import LoadGenerators, PhaseResult, PhaseSpec, chat_body
 from bench.overhead_sys import Accounts, find_process, rss_bytes, with_descendants
@@ -53,6 +61,8 @@ BENCH_KEYS = ("bench0", "bench1", "bench2", "bench3")
 LIMITED_KEYS = ("limited0", "limited1", "limited2", "limited3")
 NEVER = 2_000_000_000  # a limit the run never reaches
 CAPPED_KEY = "capped"
+FRONT_END_KEY = "frontend"  # becomes Open WebUI's key (bench tier), speaking for FORWARDED
+FORWARDED = front_end.ForwardedUser("owui-1", "someone@bench.invalid", "Someone")
 HIGH_CAP, LOW_CAP = 128, 4
 LITELLM_REDIS_DB = 9  # LiteLLM's limiter shares our private redis-server in a database of its own
 # Every field given, isolate_prefix_cache too: an earlier tree (--baseline) makes its tier with its
@@ -117,6 +127,17 @@ class System:
     workers: int
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One of the paired comparison's destinations: a URL, the key sent there ("" none) and the
+    front end's user each request names (None: none)."""
+
+    name: str
+    url: str
+    secret: str
+    user: front_end.ForwardedUser | None = None
+
+
 @dataclass
 class Bench:
     cfg: Config
@@ -127,6 +148,7 @@ class Bench:
     redis_pid: int | None
     capped_secret: str
     bench_secrets: tuple[str, ...]
+    front_end_secret: str
 
     def system(self, name: str) -> System:
         return next(s for s in self.systems if s.name == name)
@@ -188,14 +210,37 @@ class Bench:
         direct = System("direct", "direct", (self.timed.url,), (), (self.timed.pid,), 1)
         return [direct, self.system("gateway×1"), self.system("litellm×1")]
 
-    def paired(self, first: System, second: System, seconds: float) -> dict[str, Any]:
-        """One client at c=1 alternating its requests between two single-worker systems with the
-        same keys: whatever else the box does falls on both alike, request by request."""
+    def paired_arms(self) -> list[Arm]:
+        direct, ours = self.system("direct"), self.system("gateway×1")
+        arms = [Arm("direct", direct.urls[0], ""), Arm("gateway×1", ours.urls[0], self.bench_secrets[0]),
+                Arm("front end×1", ours.urls[0], self.front_end_secret, FORWARDED),
+                Arm("front end×1 new tokens", ours.urls[0], self.front_end_secret,
+                    dataclasses.replace(FORWARDED, new_tokens=True))]
+        if any(s.name == "before×1" for s in self.systems):
+            arms.append(Arm("before×1", self.system("before×1").urls[0], self.bench_secrets[0]))
+        return arms
+
+    def paired(self, arms: Sequence[Arm], seconds: float) -> dict[str, Any]:
+        """One client at c=1 sending its requests to ``arms`` in turn (the single-worker
+        gateways): whatever else the box does falls on all alike, request by request."""
         t0 = time.perf_counter() + self.cfg.warmup + 0.1
-        spec = PhaseSpec(urls=(first.urls[0], second.urls[0]), path=PATH, bodies=_bodies(MODEL, 16, False),
-                         secrets=first.secrets[:1], concurrency=1, measure_from=t0, measure_until=t0 + seconds)
-        result: PhaseResult = self.window(first, [spec], t0, t0 + seconds)["results"][0]
-        return overhead_report.paired_summary(result, first.name, second.name)
+        spec = PhaseSpec(urls=tuple(a.url for a in arms), path=PATH, bodies=_bodies(MODEL, 16, False),
+                         secrets=(), concurrency=1, measure_from=t0, measure_until=t0 + seconds,
+                         url_secrets=tuple(a.secret for a in arms), url_users=tuple(a.user for a in arms))
+        result: PhaseResult = self.window(self.system("gateway×1"), [spec], t0, t0 + seconds)["results"][0]
+        return overhead_report.paired_summary(result, [a.name for a in arms])
+
+    def paired_rounds(self, seconds: float) -> dict[str, Any]:
+        arms = self.paired_arms()
+        self.paired(arms, 1.0)  # the front end's person is added on its first request: not measured
+        rounds = []
+        for r in range(self.cfg.rounds):
+            order = arms[r % len(arms):] + arms[:r % len(arms)]
+            rounds.append(self.paired(order, seconds))
+            print(f"  paired round {r + 1}: " + ", ".join(
+                f"{name} +{report.fmt(row.get('added_p50_ms'))} ms" for name, row in rounds[-1]["systems"].items()
+                if name != "direct"), flush=True)
+        return overhead_report.paired_rounds(rounds, [a.name for a in arms])
 
     def warm(self) -> None:
         bodies = _bodies(MODEL, 16, False)
@@ -286,7 +331,7 @@ def _sleep_until(t: float) -> None:
 @contextlib.contextmanager
 def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
     members = {name: "bench" for name in BENCH_KEYS} | {name: "limited" for name in LIMITED_KEYS} | {
-        CAPPED_KEY: "capped"}
+        CAPPED_KEY: "capped", FRONT_END_KEY: "bench"}
     with contextlib.ExitStack() as stack:
         p: Portal = stack.enter_context(portal(
             members=members, tiers=TIERS, model=MODEL, gateways=2,
@@ -300,6 +345,8 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
         Replica.objects.create(name="timed-0", base_url=timed.url, model=TIMED_MODEL,
                                max_num_seqs=64)  # bumps the config epoch: gateways reload
         from fairness.models import ApiKey, Budget
+
+        front_end.make_front_end(p.members[FRONT_END_KEY].key_id)
 
         for name in LIMITED_KEYS:  # a budget per key and one on its account: two windows each
             key = ApiKey.objects.select_related("membership").get(pk=p.members[name].key_id)
@@ -336,7 +383,7 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
             ))
             systems.append(System("before×1", "ours", (str(before.url),), bench_secrets, (before.process.pid,), 1))
         yield Bench(cfg, gens, systems, engine, timed, find_process("redis-server", f":{redis_port}"),
-                    secrets[CAPPED_KEY], bench_secrets)
+                    secrets[CAPPED_KEY], bench_secrets, secrets[FRONT_END_KEY])
 
 
 def _commit(tree: Path = ROOT) -> str:
@@ -373,10 +420,10 @@ def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -
         print("non-streaming ...", flush=True)
         plain = bench.sweep(_bodies(MODEL, 16, False), False, cfg.concurrency, "plain")
         results["non_streaming"] = overhead_report.pool_levels(plain, bench.systems)
-        if baseline is not None:
-            seconds = cfg.window * cfg.rounds * 4
-            print(f"paired: gateway×1 and before×1 in turn, c=1, {seconds:.0f} s ...", flush=True)
-            results["paired"] = bench.paired(bench.system("gateway×1"), bench.system("before×1"), seconds)
+        seconds = cfg.window * 4
+        print(f"paired, c=1: {', '.join(a.name for a in bench.paired_arms())} in turn, "
+              f"{cfg.rounds} x {seconds:.0f} s ...", flush=True)
+        results["paired"] = bench.paired_rounds(seconds)
         print(f"streaming {cfg.stream_tokens} chunks ...", flush=True)
         streamed = bench.sweep(_bodies(MODEL, cfg.stream_tokens, True), True,
                                cfg.stream_concurrency, "stream")

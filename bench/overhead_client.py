@@ -29,7 +29,7 @@ import multiprocessing
 import time
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Self
@@ -70,7 +70,9 @@ def hist_percentile(hist: dict[int, int], q: float) -> float | None:
 class PhaseSpec:
     """One closed-loop phase. ``bodies`` are JSON bodies sent in turn; ``secrets`` are
     spread over workers (worker i uses secret i mod n); each worker spreads its requests
-    over ``urls`` in turn."""
+    over ``urls`` in turn. A paired comparison may give each url its own secret
+    (``url_secrets``, "" for none) and a front end's user (``url_users``, None for none), whose
+    token is minted afresh for every request (before the request's clock starts)."""
 
     urls: tuple[str, ...]
     path: str
@@ -83,6 +85,8 @@ class PhaseSpec:
     retry_pause: float = 0.05  # after a non-200, as a polite client backs off
     max_requests: int | None = None  # stop after this many (all processes together)
     keep_latencies: bool = True
+    url_secrets: tuple[str, ...] = ()
+    url_users: tuple[Any, ...] = ()  # bench.front_end.ForwardedUser or None, per url
 
 
 @dataclass
@@ -220,7 +224,8 @@ def _count_events(tail: bytes, piece: bytes, at: float, times: list[float]) -> b
     return piece[-1:]
 
 
-def build_request(url: str, path: str, body: bytes, secret: str | None) -> bytes:
+def build_request(url: str, path: str, body: bytes, secret: str | None,
+                  headers: Mapping[str, str] | None = None) -> bytes:
     lines = [
         f"POST {path} HTTP/1.1",
         f"Host: {urlsplit(url).netloc}",
@@ -230,13 +235,16 @@ def build_request(url: str, path: str, body: bytes, secret: str | None) -> bytes
     ]
     if secret:
         lines.append(f"Authorization: Bearer {secret}")
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
 async def _worker(spec: PhaseSpec, index: int, quota: list[int], result: PhaseResult) -> None:
     secret = spec.secrets[index % len(spec.secrets)] if spec.secrets else None
-    requests = [[build_request(url, spec.path, body, secret) for body in spec.bodies]
-                for url in spec.urls]
+    secrets = spec.url_secrets or (secret,) * len(spec.urls)
+    users = spec.url_users or (None,) * len(spec.urls)
+    requests = [[build_request(url, spec.path, body, s) for body in spec.bodies]
+                for url, s in zip(spec.urls, secrets, strict=True)]
     conns = [HttpConnection(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 80)
              for u in spec.urls]
     counted_always = spec.max_requests is not None
@@ -251,7 +259,11 @@ async def _worker(spec: PhaseSpec, index: int, quota: list[int], result: PhaseRe
                     return
                 quota[0] -= 1
             u = n % len(conns)
-            raw = requests[u][(n // len(conns)) % len(spec.bodies)]
+            b = (n // len(conns)) % len(spec.bodies)
+            raw = requests[u][b]
+            if users[u] is not None:
+                raw = build_request(spec.urls[u], spec.path, spec.bodies[b], secrets[u], users[u].headers())
+                sent = time.perf_counter()
             n += 1
             result.sent_total += 1
             try:

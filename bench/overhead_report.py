@@ -3,6 +3,7 @@ against the direct baseline of the same run, the targets, and the printed tables
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -96,13 +97,49 @@ def pool_levels(runs: dict[str, dict[str, list[dict[str, Any]]]], systems: Seque
     return levels
 
 
-def paired_summary(result: PhaseResult, first: str, second: str) -> dict[str, Any]:
-    """Latency of each of two systems a client called in turn (url 0, then 1), and the difference."""
-    rows = {name: {f"p{q:g}": _ms(percentile(list(result.by_url.get(i, ())), q)) for q in QS}
-            | {"n": len(result.by_url.get(i, ()))} for i, name in enumerate((first, second))}
-    return {"systems": rows, "statuses": dict(result.statuses),
-            "difference_p50_ms": _difference(rows[first]["p50"], rows[second]["p50"]),
-            "difference_p99_ms": _difference(rows[first]["p99"], rows[second]["p99"])}
+def paired_summary(result: PhaseResult, names: Sequence[str]) -> dict[str, Any]:
+    """Latency of each of the systems a client called in turn (url 0, 1, ...: ``names``), and
+    each one's added latency over "direct" when it is among them."""
+    rows: dict[str, dict[str, Any]] = {
+        name: {f"p{q:g}": _ms(percentile(list(result.by_url.get(i, ())), q)) for q in QS}
+        | {"n": len(result.by_url.get(i, ()))} for i, name in enumerate(names)}
+    if "direct" in rows:
+        for row in rows.values():
+            row["added_p50_ms"] = _difference(row["p50"], rows["direct"]["p50"])
+            row["added_p99_ms"] = _difference(row["p99"], rows["direct"]["p99"])
+    return {"systems": rows, "statuses": dict(result.statuses)}
+
+
+PAIRED_BASELINE = "before×1"
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def paired_rounds(rounds: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """Per arm, the median over rounds of its added p50 and p99; beside before×1 (when measured)
+    and the plain key, the medians of the per-round differences and ratios of added latency."""
+    def per_round(name: str, field: str) -> list[float | None]:
+        return [r["systems"][name].get(field) for r in rounds]
+
+    arms: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name == "direct":
+            continue
+        row: dict[str, Any] = {"n": sum(r["systems"][name]["n"] for r in rounds)}
+        for q in ("p50", "p99"):
+            mine = per_round(name, f"added_{q}_ms")
+            row[f"added_{q}_ms"] = _median(mine)
+            for other, label in ((PAIRED_BASELINE, "baseline"), ("gateway×1", "plain")):
+                if other in names and other != name:
+                    pairs = list(zip(mine, per_round(other, f"added_{q}_ms"), strict=True))
+                    row[f"{q}_over_{label}_ms"] = _median([_difference(a, b) for a, b in pairs])
+                    row[f"{q}_ratio_to_{label}"] = _median([ratio(a, b) for a, b in pairs])
+        arms[name] = row
+    direct = {q: _median(per_round("direct", q)) for q in ("p50", "p99")} if "direct" in names else {}
+    return {"arms": arms, "direct_ms": direct, "rounds": list(rounds)}
 
 
 def calibration(out: dict[str, Any], processes: int) -> dict[str, Any]:
@@ -168,15 +205,21 @@ def _difference(a: float | None, b: float | None) -> float | None:
 def _baseline_targets(results: dict[str, Any]) -> list[Target]:
     """With --baseline: what the code since that commit adds to a request at c=1 (the fair-share
     and budget work's own target, measured from the commit before it began)."""
-    paired = results.get("paired")
-    if not paired:
+    arms = results.get("paired", {}).get("arms", {})
+    base = arms.get(PAIRED_BASELINE)
+    if not base:
         return []
     commit = results.get("baseline", {}).get("commit")
-    rows = paired["systems"]
-    return [target(f"added latency p50, c=1, since {commit} (gateway×1 − before×1, requests in turn)",
-                   paired["difference_p50_ms"], "<=", 0.1, " ms",
-                   f"before×1 p50 {fmt(rows['before×1']['p50'])} ms, gateway×1 {fmt(rows['gateway×1']['p50'])} ms, "
-                   f"{fmt(rows['gateway×1']['n'])} requests each")]
+    out = []
+    for name, limit, what in (("gateway×1", 0.1, "plain key"), ("front end×1", 0.2, "front end's key, a JWT each")):
+        arm = arms.get(name, {})
+        out.append(target(
+            f"added latency p50, c=1, since {commit}: {what} ({name} − before×1, requests in turn)",
+            arm.get("p50_over_baseline_ms"), "<=", limit, " ms",
+            f"added p50 {fmt(arm.get('added_p50_ms'))} ms vs {fmt(base.get('added_p50_ms'))} ms "
+            f"(×{fmt(arm.get('p50_ratio_to_baseline'))}); p99 {fmt(arm.get('added_p99_ms'))} vs "
+            f"{fmt(base.get('added_p99_ms'))} ms; median of rounds"))
+    return out
 
 
 def targets(results: dict[str, Any]) -> list[Target]:
@@ -253,6 +296,7 @@ def tables(results: dict[str, Any]) -> str:
     out.append(table(["system", "cap", "clients", "done/s", "429s", "429 share", "peak in engine",
                       "p50 ms", "p99 ms", "others' req/s", "other failures"], rows,
                      title="Per-key cap under load (ours queues; LiteLLM rejects)"))
+    out.append(paired_table(results.get("paired", {})))
     mem = results.get("memory")
     if mem:
         out.append(
@@ -263,6 +307,20 @@ def tables(results: dict[str, Any]) -> str:
             f"{fmt(100 * (mem['growth_after_warmup'] or 0))} %)")
     out.append(profile_tables(results.get("profile")))
     return "\n\n".join(o for o in out if o)
+
+
+def paired_table(paired: dict[str, Any]) -> str:
+    arms = paired.get("arms", {})
+    rows = [(name, a["n"], a["added_p50_ms"], a["added_p99_ms"], a.get("p50_over_baseline_ms"),
+             a.get("p50_ratio_to_baseline"), a.get("p99_over_baseline_ms"), a.get("p99_ratio_to_baseline"),
+             a.get("p50_over_plain_ms"), a.get("p99_over_plain_ms")) for name, a in arms.items()]
+    if not rows:
+        return ""
+    direct = paired.get("direct_ms", {})
+    return table(["arm", "requests", "+p50 ms", "+p99 ms", "p50 − before ms", "×before p50", "p99 − before ms",
+                  "×before p99", "p50 − plain ms", "p99 − plain ms"], rows,
+                 title=f"Paired at c=1, requests in turn (+: over direct, p50 {fmt(direct.get('p50'))} ms, "
+                       f"p99 {fmt(direct.get('p99'))} ms); medians of {len(paired.get('rounds', []))} rounds")
 
 
 def _stream_table(levels: dict[str, dict[str, Any]], title: str) -> str:
