@@ -94,8 +94,10 @@ def test_a_prompt_the_engine_had_cached_is_charged_less(gateway, cast, on_cachin
     second = charged_so_far(alice) - first
 
     assert cold[2] == 0 and warm[2] >= cold[0] - 32  # all but the last block or two came from the cache
-    assert first == pytest.approx(charge(*cold), rel=1e-6)
-    assert second == pytest.approx(charge(*warm), rel=1e-6)
+    # rel 1e-4: the first charge decays with the fair-share half-life between the two reads (a few
+    # hundred-thousandths of it over a second), which the difference `second` takes in too.
+    assert first == pytest.approx(charge(*cold), rel=1e-4)
+    assert second == pytest.approx(charge(*warm), rel=1e-4)
     assert second < 0.3 * first  # the same request, its prefill skipped
     record = written(lambda: UsageRecord.objects.filter(request_id=warm_id).first(), "the warm request's row")
     assert (record.prompt_tokens, record.completion_tokens, record.cached_tokens) == warm
