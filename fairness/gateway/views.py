@@ -20,6 +20,7 @@ from fairness.gateway import engine_client, request_parsing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
+from fairness.gateway.front_end_people import CHAT_HEADER
 from fairness.gateway.lifecycle import RequestLifecycle, completion_ask, demand_of, request_estimate
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
@@ -37,7 +38,6 @@ BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
 # it named none): the engine was told this many tokens at most.
 LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
 SESSION_HEADER = "x-session-id"
-CHAT_HEADER = "x-openwebui-chat-id"
 
 
 @dataclass(frozen=True)

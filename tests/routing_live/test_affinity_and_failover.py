@@ -81,3 +81,26 @@ def test_each_tier_reaches_only_its_own_deployment(gateway, cast, trio, tiers):
     groups = admission_stats()["groups"]
     assert groups[f"{MODEL}@rep-a"]["capacity"] == 8
     assert groups[f"{MODEL}@rep-b+rep-c"]["capacity"] == 16
+
+
+def test_open_webuis_chat_id_keeps_a_chat_on_one_replica_when_its_opening_changes(gateway, cast, trio):
+    # Open WebUI puts retrieved documents into the system message, so a chat's opening may change
+    # every turn; the X-OpenWebUI-Chat-Id it sends names the conversation instead.
+    def turns(chat: str, with_id: bool) -> set[str]:
+        served = set()
+        for index in range(5):
+            messages = [{"role": "system", "content": f"Context for turn {index} of {chat}"},
+                        {"role": "user", "content": "And then?"}]  # fmt: skip
+            headers = {"authorization": f"Bearer {cast['alice'].secret}"}
+            if with_id:
+                headers["X-OpenWebUI-Chat-Id"] = chat
+            response = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=30,
+                                  json={"model": MODEL, "messages": messages, "max_tokens": 8})  # fmt: skip
+            assert response.status_code == 200, response.text
+            served.add(response.headers["x-gpuportal-replica"])
+        return served
+
+    homes = [turns(f"chat-{n}", with_id=True) for n in range(6)]
+    assert all(len(home) == 1 for home in homes), homes
+    assert len(set().union(*homes)) >= 2  # different chats spread over the replicas
+    assert any(len(turns(f"chat-{n}", with_id=False)) > 1 for n in range(6))  # without it, scattered
