@@ -18,6 +18,10 @@ Phases, run one after another in one process, with equal windows for the loaded 
                                perfect admission without a gateway (tells policy from overhead)
   fcfs                         flood + interactive straight to the engine (what vLLM alone does)
   gateway                      flood + interactive through the gateway
+Scenario "mixed", the same engine: carol floods 32 wide with long answers, frank (interactive,
+the users' own tier, cap 2) keeps 6 requests of 128 tokens going, and the four users chat as
+above. Phases idle-direct (the idle card), mixed-fcfs (all straight to the engine) and
+mixed-gateway. A greedy key in the users' own tier must not slow them either.
 Scenario 2 (bench/ageing.py): six interactive keys keep 12 requests in flight on 8 slots; one
 batch request arrives at a time; its wait with ageing (head start H) and without (strict
 priority, head start 1e9).
@@ -45,6 +49,7 @@ from bench.phases import Plan, run, summarize
 
 INTERACTIVE_USERS = ("alice", "bob", "dave", "erin")
 BATCH_USER = "carol"
+GREEDY_USER = "frank"  # an interactive key flooding past its cap, in scenario "mixed"
 SLOTS = 8
 
 
@@ -95,7 +100,7 @@ IDEAL_BATCH = SLOTS - int(os.environ.get("GP_RESERVE_SLOTS", "3"))
 def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
     """One phase's plan on portal ``p``: "-direct" and "fcfs" go straight to the engine."""
     engine = p.engines[0].url
-    through = name in ("idle-gateway", "batch-gateway", "gateway")
+    through = name.endswith("gateway")
     urls = tuple(p.gateway_urls()) if through else (engine,)
 
     def target(user: str) -> Target:
@@ -115,6 +120,10 @@ def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
         return Plan(name, interactive=interactive, duration=cfg.idle_window, drain=10, **common)
     if name.startswith("batch"):
         return Plan(name, batch=target(BATCH_USER), duration=cfg.batch_window, **common)
+    if name.startswith("mixed"):
+        return Plan(name, interactive=interactive, batch=target(BATCH_USER), batch_concurrency=32,
+                    greedy=target(GREEDY_USER), greedy_user=GREEDY_USER, duration=cfg.window,
+                    drain=cfg.window, **common)
     if name == "ideal-direct":
         return Plan(name, interactive=interactive, batch=target(BATCH_USER),
                     batch_concurrency=IDEAL_BATCH, duration=cfg.idle_window, drain=10, **common)
@@ -136,6 +145,47 @@ def scenario_one(cfg: Config) -> dict[str, Any]:
             phases[name] = summarize(asyncio.run(run(plan)))
             print(f"    done in {time.monotonic() - started:.1f} s", flush=True)
     return phases
+
+
+MIXED_PHASES = ("idle-direct", "mixed-fcfs", "mixed-gateway")
+
+
+def scenario_mixed(cfg: Config) -> dict[str, Any]:
+    members = {**{u: "interactive" for u in (*INTERACTIVE_USERS, GREEDY_USER)}, BATCH_USER: "batch"}
+    phases = {}
+    for name in MIXED_PHASES:
+        with portal(members=members, engines=[EngineSpec(SLOTS, cfg.speed)],
+                    gateways=cfg.gateways, redis_url=cfg.redis_url) as p:
+            plan = make_plan(name, p, cfg)
+            print(f"  phase {name}: {plan.duration:.1f} s window ...", flush=True)
+            phases[name] = summarize(asyncio.run(run(plan)))
+    return phases
+
+
+def scenario_mixed_targets(ph: dict[str, Any]) -> list[report.Target]:
+    p95 = {name: ph[name]["interactive"]["ttft"]["p95"] for name in ph}
+    return [
+        report.target("users' TTFT p95 under a mixed flood (batch + a greedy interactive key) / idle card",
+                      ratio(p95.get("mixed-gateway"), p95.get("idle-direct")), "<=", 1.2, "x",
+                      "mixed-gateway ÷ idle-direct"),
+        report.target("  (info) the same straight to the engine (FCFS) / idle card",
+                      ratio(p95.get("mixed-fcfs"), p95.get("idle-direct")), ">=", 1.0, "x",
+                      "mixed-fcfs ÷ idle-direct"),
+    ]
+
+
+def print_mixed(ph: dict[str, Any]) -> None:
+    rows = []
+    for name, s in ph.items():
+        i = s["interactive"]
+        rows.append([name, i["requests"] or None, i["ttft"]["p50"], i["ttft"]["p95"], i["ttft"]["max"],
+                     i["gateway_queued_ms"]["p95"] if i["gateway_queued_ms"]["n"] else None,
+                     i["to_headers"]["p95"], i["headers_to_first_token"]["p95"],
+                     s["batch"] and s["batch"]["tokens_per_s"],
+                     s.get("greedy") and s["greedy"]["tokens_per_s"], s["engine"]["peak_running"]])
+    print(report.table(["phase", "user req", "TTFT p50 s", "p95 s", "max s", "queued ms p95",
+                        "to headers p95 s", "headers→1st token p95 s", "batch tok/s", "greedy tok/s",
+                        "eng peak run"], rows, title="Scenario mixed: batch flood + a greedy interactive key"))
 
 
 def scenario_one_targets(ph: dict[str, Any]) -> list[report.Target]:
@@ -241,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed", type=float, default=None, help="enginesim speed (default 4)")
     parser.add_argument("--quick", action="store_true", help="short windows for iterating")
     parser.add_argument("--gateways", type=int, default=1, help="gateway processes")
-    parser.add_argument("--only", choices=("fairness", "ageing"), default=None)
+    parser.add_argument("--only", choices=("fairness", "mixed", "ageing"), default=None)
     parser.add_argument("--name", default="fairness", help="results file name")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat scenario 1; targets use each figure's median")
@@ -271,6 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         if len(rounds) > 1:
             print()
             print_rounds(rounds)
+    if args.only in (None, "mixed"):
+        mixed_rounds = [scenario_mixed(cfg) for _ in range(args.rounds)]
+        results["mixed"] = mixed_rounds[-1]
+        results["mixed_rounds"] = mixed_rounds
+        results["targets"] += median_targets([scenario_mixed_targets(ph) for ph in mixed_rounds])
+        print()
+        print_mixed(results["mixed"])
     if args.only in (None, "ageing"):
         idle = results.get("scenario1", {}).get("idle-gateway", {})
         results["scenario2"] = ageing.run_both(cfg, SLOTS, idle.get("interactive"))

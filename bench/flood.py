@@ -33,6 +33,7 @@ class FloodSpec:
     model: str
     max_tokens: int
     keep_times: bool = True
+    kind: str = "batch"  # the calls' label: "batch", or "greedy" for an interactive key's flood
 
 
 def batch_text(n: int) -> str:
@@ -48,7 +49,7 @@ async def _flood(conn: Connection, spec: FloodSpec) -> None:
             def body(n: int, i: int = i) -> load.Body:
                 return load.chat_body(spec.model, batch_text(i * 100_000 + n), spec.max_tokens)
             tasks.append(asyncio.create_task(load.closed_loop(
-                client, spec.user, "batch", spec.target, body, calls,
+                client, spec.user, spec.kind, spec.target, body, calls,
                 keep_times=spec.keep_times)))
         conn.send("ready")
         await asyncio.to_thread(conn.recv)  # "stop"
@@ -62,8 +63,8 @@ def _main(conn: Connection, spec: FloodSpec) -> None:
 
 class Flood:
     def __init__(self, target: Target, user: str, concurrency: int, *, model: str,
-                 max_tokens: int, keep_times: bool = True) -> None:
-        self.spec = FloodSpec(target, user, concurrency, model, max_tokens, keep_times)
+                 max_tokens: int, keep_times: bool = True, kind: str = "batch") -> None:
+        self.spec = FloodSpec(target, user, concurrency, model, max_tokens, keep_times, kind)
         self._conn: Connection | None = None
         self._process: Any = None
 

@@ -31,6 +31,11 @@ class Plan:
     batch_concurrency: int = 64
     batch_max_tokens: int = 400
     interactive_max_tokens: int = 32
+    # A greedy key in the interactive users' own tier, flooding past its cap (None: absent)
+    greedy: Target | None = None
+    greedy_user: str = "frank"
+    greedy_concurrency: int = 6
+    greedy_max_tokens: int = 128
     think: tuple[float, float] = (1.0, 2.0)  # wall seconds (already scaled by speed)
     warmup: float = 0.0
     duration: float = 30.0
@@ -94,17 +99,24 @@ async def _run(plan: Plan, sample_period: float) -> Outcome:
         if plan.admission is not None:
             samplers.append(asyncio.create_task(load.sample_admission(
                 *plan.admission, sample_period, admission)))
-        flood: Flood | None = None
+        floods: list[Flood] = []
         users: list[asyncio.Task[None]] = []
         try:
             if plan.batch is not None:
-                flood = Flood(plan.batch, plan.batch_user, plan.batch_concurrency,
-                              model=plan.model, max_tokens=plan.batch_max_tokens)
+                floods.append(Flood(plan.batch, plan.batch_user, plan.batch_concurrency,
+                                    model=plan.model, max_tokens=plan.batch_max_tokens))
+            if plan.greedy is not None:
+                floods.append(Flood(plan.greedy, plan.greedy_user, plan.greedy_concurrency,
+                                    model=plan.model, max_tokens=plan.greedy_max_tokens,
+                                    kind="greedy"))
+            for flood in floods:
                 await asyncio.to_thread(flood.start)
+            if floods:
                 await asyncio.sleep(plan.warmup)
             pids = {**plan.processes, "bench": os.getpid()}
-            if flood is not None and flood.pid is not None:
-                pids["flood"] = flood.pid
+            for flood in floods:
+                if flood.pid is not None:
+                    pids[f"flood-{flood.spec.kind}"] = flood.pid
             cpu0 = {name: load.cpu_seconds(pid) for name, pid in pids.items()}
             t0 = load.now()
             t1 = t0 + plan.duration
@@ -126,7 +138,7 @@ async def _run(plan: Plan, sample_period: float) -> Outcome:
             after = await load.engine_stats(client, plan.engine_url)
         finally:
             await load.cancel_all(users)
-            if flood is not None:
+            for flood in floods:
                 calls += await flood.stop()
             await load.cancel_all(samplers)
         await wait_engine_idle(client, plan.engine_url)
@@ -210,6 +222,13 @@ def summarize(out: Outcome) -> dict[str, Any]:
         result["gateway_admission"] = admission_summary(out, plan.key_names)
         result["gateway_admission"]["leases_left_after_phase"] = out.leases_left
         result["gateway_admission"]["leases_held_at_start"] = out.leases_at_start
+    greedy = [c for c in out.calls if c.kind == "greedy"]
+    if plan.greedy is not None:
+        result["greedy"] = {
+            "tokens_per_s": measures.tokens_between(greedy, t0, t1) / plan.duration,
+            "completed": sum(1 for c in greedy if c.ok and c.done_at is not None and c.done_at <= out.cut),
+            "errors": sorted({c.error for c in greedy if c.error and c.error != "cancelled"})[:5],
+        }
     if plan.batch is not None:
         result["batch"] = {
             "tokens_per_s": batch_tokens / plan.duration,
