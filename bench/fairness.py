@@ -22,6 +22,10 @@ Scenario "mixed", the same engine: carol floods 32 wide with long answers, frank
 the users' own tier, cap 2) keeps 6 requests of 128 tokens going, and the four users chat as
 above. Phases idle-direct (the idle card), mixed-fcfs (all straight to the engine) and
 mixed-gateway. A greedy key in the users' own tier must not slow them either.
+Scenario "whole", the same engine: carol's flood (32 wide, 400 tokens) asks for whole answers,
+which the gateway can redo, so they borrow the reserve too and give a slot back when a chat comes.
+Phases idle-direct, batch-direct / batch-gateway (the flood alone: the card's throughput with and
+without the gateway), gateway (the flood and the four users).
 Scenario 2 (bench/ageing.py): six interactive keys keep 12 requests in flight on 8 slots; one
 batch request arrives at a time; its wait with ageing (head start H) and without (strict
 priority, head start 1e9).
@@ -120,6 +124,11 @@ def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
         return Plan(name, interactive=interactive, duration=cfg.idle_window, drain=10, **common)
     if name.startswith("batch"):
         return Plan(name, batch=target(BATCH_USER), duration=cfg.batch_window, **common)
+    if name.startswith("whole-"):
+        whole = {"batch": target(BATCH_USER), "batch_concurrency": 32, "batch_stream": False}
+        if name == "whole-batch-direct" or name == "whole-batch-gateway":
+            return Plan(name, duration=cfg.window, **whole, **common)
+        return Plan(name, interactive=interactive, duration=cfg.window, drain=cfg.window, **whole, **common)
     if name.startswith("mixed"):
         return Plan(name, interactive=interactive, batch=target(BATCH_USER), batch_concurrency=32,
                     greedy=target(GREEDY_USER), greedy_user=GREEDY_USER, duration=cfg.window,
@@ -131,12 +140,11 @@ def make_plan(name: str, p: Portal, cfg: Config) -> Plan:
                 drain=cfg.window, **common)
 
 
-def scenario_one(cfg: Config) -> dict[str, Any]:
+def run_phases(cfg: Config, members: dict[str, str], names: tuple[str, ...]) -> dict[str, Any]:
     """Each phase gets a fresh portal (same configuration), so a slot leaked by one phase
     (reported as a warning) cannot skew the next one's figures."""
-    members = {**{u: "interactive" for u in INTERACTIVE_USERS}, BATCH_USER: "batch"}
     phases = {}
-    for name in PHASES:
+    for name in names:
         with portal(members=members, engines=[EngineSpec(SLOTS, cfg.speed)],
                     gateways=cfg.gateways, redis_url=cfg.redis_url) as p:
             plan = make_plan(name, p, cfg)
@@ -147,19 +155,16 @@ def scenario_one(cfg: Config) -> dict[str, Any]:
     return phases
 
 
+def scenario_one(cfg: Config) -> dict[str, Any]:
+    return run_phases(cfg, {**{u: "interactive" for u in INTERACTIVE_USERS}, BATCH_USER: "batch"}, PHASES)
+
+
 MIXED_PHASES = ("idle-direct", "mixed-fcfs", "mixed-gateway")
 
 
 def scenario_mixed(cfg: Config) -> dict[str, Any]:
     members = {**{u: "interactive" for u in (*INTERACTIVE_USERS, GREEDY_USER)}, BATCH_USER: "batch"}
-    phases = {}
-    for name in MIXED_PHASES:
-        with portal(members=members, engines=[EngineSpec(SLOTS, cfg.speed)],
-                    gateways=cfg.gateways, redis_url=cfg.redis_url) as p:
-            plan = make_plan(name, p, cfg)
-            print(f"  phase {name}: {plan.duration:.1f} s window ...", flush=True)
-            phases[name] = summarize(asyncio.run(run(plan)))
-    return phases
+    return run_phases(cfg, members, MIXED_PHASES)
 
 
 def scenario_mixed_targets(ph: dict[str, Any]) -> list[report.Target]:
@@ -186,6 +191,41 @@ def print_mixed(ph: dict[str, Any]) -> None:
     print(report.table(["phase", "user req", "TTFT p50 s", "p95 s", "max s", "queued ms p95",
                         "to headers p95 s", "headers→1st token p95 s", "batch tok/s", "greedy tok/s",
                         "eng peak run"], rows, title="Scenario mixed: batch flood + a greedy interactive key"))
+
+
+WHOLE_PHASES = ("idle-direct", "whole-batch-direct", "whole-batch-gateway", "whole-gateway")
+
+
+def scenario_whole(cfg: Config) -> dict[str, Any]:
+    return run_phases(cfg, {**{u: "interactive" for u in INTERACTIVE_USERS}, BATCH_USER: "batch"}, WHOLE_PHASES)
+
+
+def scenario_whole_targets(ph: dict[str, Any]) -> list[report.Target]:
+    rate = {name: ph[name]["batch"]["tokens_per_s"] for name in ph if ph[name]["batch"]}
+    p95 = {name: ph[name]["interactive"]["ttft"]["p95"] for name in ph if ph[name]["interactive"]["requests"]}
+    errors = sum(len(ph[name]["batch"]["errors"]) for name in ph if ph[name]["batch"])
+    return [
+        report.target("whole answers borrowing alone: throughput through the gateway / the engine alone",
+                      ratio(rate.get("whole-batch-gateway"), rate.get("whole-batch-direct")), ">=", 0.97, "x",
+                      "whole-batch-gateway ÷ whole-batch-direct"),
+        report.target("users' TTFT p95 while whole answers fill the card / idle card",
+                      ratio(p95.get("whole-gateway"), p95.get("idle-direct")), "<=", 1.2, "x",
+                      "whole-gateway ÷ idle-direct"),
+        report.target("batch requests that failed (a slot given back is redone, not lost)",
+                      float(errors), "<=", 0.0, "", "error kinds over the phases"),
+    ]
+
+
+def print_whole(ph: dict[str, Any]) -> None:
+    rows = []
+    for name, s in ph.items():
+        i, b = s["interactive"], s["batch"]
+        rows.append([name, i["requests"] or None, i["ttft"]["p50"], i["ttft"]["p95"],
+                     b and b["tokens_per_s"], b and b["completed"], b and ", ".join(b["errors"]) or None,
+                     s["engine"]["running_mean"], s["engine"]["peak_running"]])
+    print(report.table(["phase", "user req", "TTFT p50 s", "p95 s", "batch tok/s", "batch done", "batch errors",
+                        "eng running mean", "eng peak run"], rows,
+                       title="Scenario whole: a flood of whole answers, redone when a chat takes their slot"))
 
 
 def scenario_one_targets(ph: dict[str, Any]) -> list[report.Target]:
@@ -291,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed", type=float, default=None, help="enginesim speed (default 4)")
     parser.add_argument("--quick", action="store_true", help="short windows for iterating")
     parser.add_argument("--gateways", type=int, default=1, help="gateway processes")
-    parser.add_argument("--only", choices=("fairness", "mixed", "ageing"), default=None)
+    parser.add_argument("--only", choices=("fairness", "mixed", "whole", "ageing"), default=None)
     parser.add_argument("--name", default="fairness", help="results file name")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat scenario 1; targets use each figure's median")
@@ -328,6 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         results["targets"] += median_targets([scenario_mixed_targets(ph) for ph in mixed_rounds])
         print()
         print_mixed(results["mixed"])
+    if args.only in (None, "whole"):
+        whole_rounds = [scenario_whole(cfg) for _ in range(args.rounds)]
+        results["whole"] = whole_rounds[-1]
+        results["whole_rounds"] = whole_rounds
+        results["targets"] += median_targets([scenario_whole_targets(ph) for ph in whole_rounds])
+        print()
+        print_whole(results["whole"])
     if args.only in (None, "ageing"):
         idle = results.get("scenario1", {}).get("idle-gateway", {})
         results["scenario2"] = ageing.run_both(cfg, SLOTS, idle.get("interactive"))

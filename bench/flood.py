@@ -34,6 +34,7 @@ class FloodSpec:
     max_tokens: int
     keep_times: bool = True
     kind: str = "batch"  # the calls' label: "batch", or "greedy" for an interactive key's flood
+    stream: bool = True  # False: whole answers (the gateway can redo them, so they may borrow more)
 
 
 def batch_text(n: int) -> str:
@@ -47,7 +48,7 @@ async def _flood(conn: Connection, spec: FloodSpec) -> None:
         tasks = []
         for i in range(spec.concurrency):
             def body(n: int, i: int = i) -> load.Body:
-                return load.chat_body(spec.model, batch_text(i * 100_000 + n), spec.max_tokens)
+                return load.chat_body(spec.model, batch_text(i * 100_000 + n), spec.max_tokens, spec.stream)
             tasks.append(asyncio.create_task(load.closed_loop(
                 client, spec.user, spec.kind, spec.target, body, calls,
                 keep_times=spec.keep_times)))
@@ -63,8 +64,8 @@ def _main(conn: Connection, spec: FloodSpec) -> None:
 
 class Flood:
     def __init__(self, target: Target, user: str, concurrency: int, *, model: str,
-                 max_tokens: int, keep_times: bool = True, kind: str = "batch") -> None:
-        self.spec = FloodSpec(target, user, concurrency, model, max_tokens, keep_times, kind)
+                 max_tokens: int, keep_times: bool = True, kind: str = "batch", stream: bool = True) -> None:
+        self.spec = FloodSpec(target, user, concurrency, model, max_tokens, keep_times, kind, stream)
         self._conn: Connection | None = None
         self._process: Any = None
 

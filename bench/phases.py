@@ -30,6 +30,7 @@ class Plan:
     batch_user: str = "carol"
     batch_concurrency: int = 64
     batch_max_tokens: int = 400
+    batch_stream: bool = True  # False: the flood asks for whole answers
     interactive_max_tokens: int = 32
     # A greedy key in the interactive users' own tier, flooding past its cap (None: absent)
     greedy: Target | None = None
@@ -104,7 +105,8 @@ async def _run(plan: Plan, sample_period: float) -> Outcome:
         try:
             if plan.batch is not None:
                 floods.append(Flood(plan.batch, plan.batch_user, plan.batch_concurrency,
-                                    model=plan.model, max_tokens=plan.batch_max_tokens))
+                                    model=plan.model, max_tokens=plan.batch_max_tokens,
+                                    stream=plan.batch_stream))
             if plan.greedy is not None:
                 floods.append(Flood(plan.greedy, plan.greedy_user, plan.greedy_concurrency,
                                     model=plan.model, max_tokens=plan.greedy_max_tokens,
@@ -162,7 +164,9 @@ def summarize(out: Outcome) -> dict[str, Any]:
     gen = [s["generation_tokens"] for s in window_samples]
     span = (window_samples[-1]["t"] - window_samples[0]["t"]) if len(window_samples) > 1 else 0
     rows = measures.window_service(inter, t0, t1, plan.window, sorted(plan.interactive))
-    batch_tokens = measures.tokens_between(batch, t0, t1)
+    # Streamed answers count token by token; whole ones when they arrive within the window.
+    batch_tokens = measures.tokens_between(batch, t0, t1) + sum(
+        c.tokens for c in batch if c.ok and not c.token_times and c.done_at is not None and t0 <= c.done_at < t1)
     batch_done = [c for c in batch if c.ok and c.done_at is not None and c.done_at <= out.cut]
     result: dict[str, Any] = {
         "name": plan.name,

@@ -63,8 +63,10 @@ def completion_ask(request: ProxyRequest, body_bytes: int, context_tokens: int |
 
 def demand_of(
     key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0,
-    completion: CompletionAsk | None = None,
+    completion: CompletionAsk | None = None, redoable: bool = False,
 ) -> Demand:
+    """`redoable`: the request can be sent again without its client noticing (its answer is not
+    streamed), so a slot it borrows may be asked back."""
     tier = key.tier
     return Demand(
         key_id=key.unit,
@@ -85,6 +87,7 @@ def demand_of(
         budgets=budget_rules.windows(key.budget_rules, time.time()) if key.budget_rules else (),
         rate_limits=key.rate_limits,
         completion=completion if key.budget_rules else None,
+        revocable=redoable and tier.borrow_idle_slots,
     )
 
 
@@ -153,6 +156,18 @@ class RequestLifecycle:
         waited = time.perf_counter()
         try:
             self.grant = await self.runtime.admission.move(self.grant, avoid=failed.name)
+        except QueueTimeout as exc:
+            raise self._timed_out(exc) from None
+        self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
+        return self.grant
+
+    async def requeue(self) -> Grant:
+        """Admission asked this request's borrowed slot back (for a chat) and its engine request
+        was dropped: wait for a slot again, in its old place in line."""
+        assert self.grant is not None
+        waited = time.perf_counter()
+        try:
+            self.grant = await self.runtime.admission.move(self.grant, avoid="")
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
         self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)

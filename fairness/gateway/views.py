@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -27,6 +27,7 @@ from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
 from fairness.scheduling.admission import Grant
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
+from fairness.store.cancelling import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         runtime, request.request_id, key, endpoint, parsed.model, parsed.stream,
         payload=parsed.payload, body_bytes=len(body), completion_limit=request_parsing.completion_limit(parsed),
     )
-    try:
-        await lifecycle.admit(demand_of(
-            key, group, _preference(replicas, parsed, request.headers),
-            estimate=request_estimate(parsed, len(body)),
-            completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
-            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
-        ))
+    async def answer() -> HttpResponseBase:
         replica, response = await _forward(
             {r.name: r for r in replicas}, lifecycle, parsed, body, request.path, request.request_id,
             key.tier.engine_priority, caller=str(key.person_id),
@@ -147,6 +142,16 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         if parsed.stream:
             return _streaming(response, replica, lifecycle, parsed, headers)
         return await _whole_response(response, replica, lifecycle, headers)
+
+    try:
+        await lifecycle.admit(demand_of(
+            key, group, _preference(replicas, parsed, request.headers),
+            estimate=request_estimate(parsed, len(body)),
+            completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
+            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
+            redoable=not parsed.stream,
+        ))
+        return await _redone_while_revoked(lifecycle, answer)
     except ApiError as exc:
         await lifecycle.close(exc.status)
         raise
@@ -156,6 +161,38 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
     except BaseException:
         await asyncio.shield(lifecycle.close(502))
         raise
+
+
+async def _redone_while_revoked(
+    lifecycle: RequestLifecycle, answer: Callable[[], Awaitable[HttpResponseBase]]
+) -> HttpResponseBase:
+    """The answer. A whole (not streamed) answer on a borrowed slot can be redone, so admission may
+    ask the slot back for a chat: the engine request is then dropped (the engine aborts it when its
+    connection closes), not charged, and sent again once the request has a slot again, from its
+    old place in line. The client only waits longer."""
+    admission = lifecycle.runtime.admission
+    while True:
+        grant = lifecycle.grant
+        if grant is None or not (grant.borrowed and grant.demand.revocable):
+            return await answer()
+        revoked = asyncio.Event()
+        admission.when_revoked(grant.lease_id, revoked.set)
+        answering = asyncio.ensure_future(answer())
+        asked = asyncio.ensure_future(revoked.wait())
+        try:
+            await asyncio.wait({answering, asked}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await cancel_and_wait(answering)  # the client left: the answer's own handling runs
+            raise
+        finally:
+            admission.when_revoked(grant.lease_id, None)
+            asked.cancel()
+        if answering.done():
+            return answering.result()
+        await cancel_and_wait(answering)
+        log.info("request %s gave its borrowed slot back for a chat; it runs again",
+                 lifecycle.event["request_id"])
+        await lifecycle.requeue()
 
 
 def _lowered(parsed: request_parsing.ProxyRequest, grant: Grant | None) -> int | None:

@@ -302,8 +302,12 @@ class Admission:
         self._max_queued_total = max_queued_total
         # Redis lost the capacities (restarted empty): this states them again, then acquire retries.
         self._on_unknown_group = on_unknown_group
-        # Called with a lease id when admission asks a revocable lease of this process back.
+        # Called with a lease id when admission asks a revocable lease of this process back,
+        # unless a callback was registered for that lease (when_revoked).
         self.on_revoke: Callable[[str], None] | None = None
+        self._revocations: dict[str, Callable[[], None]] = {}
+        # Leases asked back before anyone watched them (the ask can overtake the grant's reply).
+        self._asked_early: dict[str, None] = {}
         # Tickets live one lease TTL past their last heartbeat, and a lease granted to a ticket
         # starts with the ticket's expiry (the keeper renews it within TTL / 3). Shorter ticket
         # TTLs would drop a dead process's tickets sooner but break that renewal margin.
@@ -366,6 +370,7 @@ class Admission:
         line the request had. It waits like any other request: no replica gets more than its
         slots, and the wait has the demand's full max_wait_seconds."""
         self._held.pop(grant.lease_id, None)
+        self._asked_early.pop(grant.lease_id, None)  # the handle's next lease is not the one asked
         demand = replace(grant.demand, avoid=avoid)
         return await self._wait_for_lease(demand, grant.lease_id, grant.enqueued_at, moving=True,
                                           completion_limit=grant.completion_limit)
@@ -381,6 +386,7 @@ class Admission:
         stated = False  # whether the group's capacity was stated again during this call
         in_redis = False
         budget_left: float | None = None
+        repeat = 0  # calls again after the first may find the handle queued or leased already
         try:
             while True:
                 future = asyncio.get_running_loop().create_future()
@@ -398,7 +404,9 @@ class Admission:
                     rate_spec(demand.rate_limits), int(demand.revocable and demand.borrow),
                     *self._queue_bounds(demand, bounded),
                     demand.completion.spec() if demand.completion is not None and demand.budgets else "",
+                    repeat,
                 )  # fmt: skip
+                repeat = 1
                 state = int(reply[0])
                 if state == -2:
                     assert self._on_unknown_group is not None
@@ -457,6 +465,28 @@ class Admission:
         tier, total = demand.max_queued_per_tier, self._max_queued_total
         return (-1 if tier is None else tier), (-1 if total is None else total)
 
+    def when_revoked(self, lease_id: str, callback: Callable[[], None] | None) -> None:
+        """Call `callback` once if admission asks this (revocable, borrowed) lease back; None stops
+        watching. A lease asked back before it was watched calls back at once."""
+        if callback is None:
+            self._revocations.pop(lease_id, None)
+        elif lease_id in self._asked_early:
+            del self._asked_early[lease_id]
+            callback()
+        else:
+            self._revocations[lease_id] = callback
+
+    def _revoke(self, lease_id: str) -> None:
+        watcher = self._revocations.pop(lease_id, None)
+        if watcher is not None:
+            watcher()
+        elif self.on_revoke is not None:
+            self.on_revoke(lease_id)
+        else:  # perhaps before its grant's reply was read: kept for when_revoked
+            self._asked_early[lease_id] = None
+            while len(self._asked_early) > _TICK_BATCH:  # bounded: released leases are never watched
+                del self._asked_early[next(iter(self._asked_early))]
+
     async def renew(self, grant: Grant) -> bool:
         """Push the lease's expiry out by one TTL (the keeper does this for every held lease);
         False if it had already expired."""
@@ -470,24 +500,25 @@ class Admission:
         reached this raises, but the lease is no longer renewed either. ``also`` adds the
         caller's own commands (its accounting) to the same round trip."""
         self._held.pop(grant.lease_id, None)
+        self._asked_early.pop(grant.lease_id, None)
         self._stop_keeper_if_idle()
         demand = grant.demand
         release = self._eval(
             "release", grant.lease_id, demand.association, charge, demand.estimate,
-            budget_spec(demand.budgets, self._clock()), rate_spec(demand.rate_limits),
+            budget_spec(demand.budgets, self._clock()), rate_spec(demand.rate_limits), self._half_life,
         )  # fmt: skip
         await self._shielded(self._send(release, *also))
 
     def charge_command(self, association: str, amount: float) -> Command:
         """A fair-share charge on its own (negative: a refund); send it with `send`."""
-        return self._eval("release", "", association, amount, 0, "", "")
+        return self._eval("release", "", association, amount, 0, "", "", self._half_life)
 
     def settle_command(self, demand: Demand, used: float) -> Command:
         """What a release that failed did not charge: `used` weighted tokens, to the demand's
         association (less the estimate its grant charged) and budgets. Send it with `send`."""
         return self._eval(
             "release", "", demand.association, used, demand.estimate,
-            budget_spec(demand.budgets, self._clock()), "",
+            budget_spec(demand.budgets, self._clock()), "", self._half_life,
         )  # fmt: skip
 
     async def send(self, *commands: Command) -> list[Any]:
@@ -630,8 +661,7 @@ class Admission:
             elif message["type"] == "message":
                 data = text(message["data"])
                 if data.startswith("revoke|"):
-                    if self.on_revoke is not None:
-                        self.on_revoke(data.removeprefix("revoke|"))
+                    self._revoke(data.removeprefix("revoke|"))
                     continue
                 handle, queued, borrowed, replica = data.split("|")
                 self._queued.discard(handle)

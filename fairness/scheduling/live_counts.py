@@ -51,7 +51,9 @@ def pairs(flat: list[Any]) -> dict[str, str]:
 
 def parse_stats(reply: list[Any], now: float) -> Stats:
     """The stats script's reply as counts per capacity group, tier and key."""
-    cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin = (pairs(part) for part in reply[:10])
+    cap, gq, kq, pq, rcap = (pairs(reply[i]) for i in (0, 2, 4, 7, 8))
+    # The in-flight counters keep their zeros (lib.lua): a name with nothing in flight is absent here.
+    gin, kin, pin, pbin, rin = ({k: v for k, v in pairs(reply[i]).items() if v != "0"} for i in (1, 3, 5, 6, 9))
     oldest = {pool: now - float(at) for pool, at in pairs(reply[10]).items()}
     groups: dict[str, GroupStats] = {
         g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
@@ -77,8 +79,8 @@ def parse_stats(reply: list[Any], now: float) -> Stats:
 
 def person_load(client: redis.Redis) -> dict[tuple[int, str], tuple[int, int]]:
     """(person id, tier) -> (in flight, queued) over all their keys, read without running a script
-    (the pages are sync). A lease of a crashed gateway may show here until the next admission
-    call reaps it (within one lease TTL)."""
+    (the pages are sync). A lease of a crashed gateway may show here until it is reaped: by the
+    upkeep of any process still holding a lease or ticket, or the next request that needs its slot."""
     namespace = keyspace.ADMISSION_NAMESPACE
     with client.pipeline(transaction=False) as pipe:
         pipe.hgetall(namespace + keyspace.ADMISSION_IN_FLIGHT_BY_KEY)
@@ -87,6 +89,7 @@ def person_load(client: redis.Redis) -> dict[tuple[int, str], tuple[int, int]]:
     load: dict[tuple[int, str], tuple[int, int]] = {}
     for raw in set(in_flight) | set(queued):
         unit = parse_unit(text(raw))
-        if unit is not None:
-            load[unit] = (int(in_flight.get(raw, 0)), int(queued.get(raw, 0)))
+        counts = (int(in_flight.get(raw, 0)), int(queued.get(raw, 0)))
+        if unit is not None and counts != (0, 0):  # in-flight counts keep their zeros
+            load[unit] = counts
     return load

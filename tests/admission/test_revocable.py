@@ -1,6 +1,7 @@
-"""Revocable borrowing (a batch runner's lines): such a borrower may take the reserve too, all
-but one spare slot; a chat takes the spare at once, and the newest revocable lease is asked back,
-once, on its own process's channel, so that the next chat finds a spare again."""
+"""Revocable borrowing (work that can be redone: a batch runner's lines, an answer not streamed):
+such a borrower may take the reserve too, every slot while nobody chats and all but one spare
+slot while chats come; a chat takes the spare at once, and the newest revocable lease is asked
+back, once, on its own process's channel, so that the next chat finds a spare again."""
 
 from __future__ import annotations
 
@@ -30,17 +31,34 @@ def asks(admission: Admission) -> list[str]:
     return heard
 
 
-async def test_a_revocable_borrower_leaves_one_spare_slot_a_plain_one_the_reserve(admission: Admission) -> None:
+async def test_a_revocable_borrower_fills_every_slot_until_chats_come_then_leaves_them_a_spare(
+    admission: Admission, clock,
+) -> None:
+    heard = asks(admission)
     await admission.set_capacity(GROUP, 8)
-    grants = await fill(admission, runner_carol, 7)
-    eighth = await enqueue(admission, runner_carol)
-    assert sum(g.borrowed for g in grants) == 6  # one within carol's cap, six borrowed
-    for grant in grants:
-        await admission.release(grant)
-    await granted(eighth)
+    grants = await fill(admission, runner_carol, 8, clock)  # nobody has chatted: the card is full of them
+    assert sum(g.borrowed for g in grants) == 7  # one within carol's cap, seven borrowed
+
+    chat = await enqueue(admission, alice)  # no slot: one is asked back for it, one for the spare
+    await eventually(lambda: len(heard) == 2, what="two leases asked back")
+    assert heard == [grants[-1].lease_id, grants[-2].lease_id]  # the newest first
+    by_id = {g.lease_id: g for g in grants}
+    for lease_id in heard:
+        await admission.release(by_id.pop(lease_id))
+    await granted(chat)
+    later = await enqueue(admission, runner_carol)  # chats come now: the last slot stays spare
+    clock.advance(61.0)  # and nobody chats for a minute: it is borrowed again
+    await admission.stats()  # (any call pumps; a process's upkeep does it every recheck)
+    await granted(later)
+
+
+async def test_a_plain_borrower_leaves_the_whole_reserve(admission: Admission) -> None:
+    await admission.set_capacity(GROUP, 8)
     tasks = [start(admission, like(carol, key_id="dave")) for _ in range(8)]
-    await eventually(lambda: sum(t.done() for t in tasks) == 5, what="five granted")  # 8 - one - reserve of 2
-    for task in [*tasks, eighth]:
+    await eventually(lambda: sum(t.done() for t in tasks) == 6, what="six granted")  # 8 - the reserve of 2
+    counts = (await admission.stats())["keys"]["dave"]  # (which pumps again) and no more are
+    assert (counts["in_flight"], counts["queued"]) == (6, 2)
+    for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -119,6 +119,36 @@ def test_kv_pressure_preempts_the_newest_and_everyone_still_finishes_exactly() -
     assert engine.pool.used == 0
 
 
+def test_under_the_priority_policy_an_urgent_request_waits_for_a_slot_it_does_not_preempt_for_one() -> None:
+    # As vLLM 0.32's scheduler: waiting requests are admitted only while running < max_num_seqs;
+    # priority picks who goes next and who is preempted when KV runs short, never makes a slot.
+    engine = make_engine(max_num_seqs=2, scheduling_policy="priority")
+    low = [seq(tokens=3, priority=10) for _ in range(2)]
+    urgent = seq(tokens=1, priority=0)
+    for s in low:
+        engine.submit(s)
+    step(engine)
+    engine.submit(urgent)
+    batch, _ = step(engine)
+    assert batch == low and urgent.state is State.WAITING and engine.stats.preemptions == 0
+    step(engine)  # both finish
+    assert step(engine)[0] == [urgent]
+
+
+def test_under_the_priority_policy_kv_pressure_preempts_the_least_urgent_not_the_newest() -> None:
+    engine = make_engine(num_gpu_blocks=16, max_num_seqs=2, scheduling_policy="priority")
+    batch_work, chat = seq(prompt_len=64, tokens=150, priority=10), seq(prompt_len=64, tokens=150, priority=0)
+    engine.submit(batch_work)
+    step(engine)
+    engine.submit(chat)  # the newest: FCFS would preempt it
+    while engine.stats.preemptions == 0 and not chat.done:
+        step(engine)
+    assert batch_work.state is State.WAITING and chat.state is State.RUNNING
+    while not (chat.done and batch_work.done):
+        step(engine)
+    assert (chat.generated, batch_work.generated) == (150, 150)
+
+
 def test_abort_frees_the_slot_and_blocks_at_once() -> None:
     engine = make_engine(max_num_seqs=1)
     running, waiting = seq(tokens=100), seq(tokens=100)

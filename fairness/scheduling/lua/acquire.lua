@@ -20,6 +20,7 @@
 -- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib.lua completion_room), or
 --          "": the estimate becomes its weighted prompt and the completion limit its budgets
 --          leave, and that is what is reserved, charged and answered (a limit below least: {-3})
+-- ARGV[32] 1 = a repeated call for this handle (it may hold a ticket or lease already), 0 = first
 -- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no message
 --                                              is published); budget left: the least any of its
 --                                              budgets has left after its reservation, or '';
@@ -37,8 +38,12 @@ local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumb
 local pref, avoid = ARGV[17], ARGV[18]
 local revocable = ARGV[28] == '1'
 QUIET = handle
-reap()
-if ARGV[20] == '1' and redis.call('HEXISTS', NS .. 'cap', group) == 0 then return {-2} end
+-- The dead's leases and tickets are reaped when this call needs a slot or a place in line (below),
+-- or first when budgets are read (a dead lease's reservation comes back).
+if ARGV[26] ~= '' then reap() end
+if ARGV[20] == '1' and #replicas_of(group) == 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
+  return {-2}
+end
 if ARGV[19] == '1' then free(handle, true) end
 state_fair_share(ARGV[21], ARGV[22], ARGV[24])
 
@@ -55,11 +60,13 @@ end
 pump_dirty()
 
 -- A retried call (same handle) must not queue or take twice.
-local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
-if existing then return {0, existing} end
-local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
-if leased[1] then
-  return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
+if ARGV[32] == '1' then
+  local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
+  if existing then return {0, existing} end
+  local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
+  if leased[1] then
+    return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
+  end
 end
 
 -- Rate limits and budgets, for a new request (a moved one was admitted already): checked now,
@@ -96,25 +103,36 @@ local function admit_limits()
 end
 
 -- Fast path. After pumping, an eligible ticket waits only when the group is full, so an empty
--- l3 with a free slot means nobody is ahead of this demand.
-local free = free_slots(group)
-if free > 0 and redis.call('ZCARD', NS .. 'l3:' .. group) == 0 then
+-- l3 with a free slot means nobody is ahead of this demand. (The caps were just read above.)
+local function queue_empty(zset)
+  return not anyone_waiting() or redis.call('ZCARD', NS .. zset .. group) == 0
+end
+local function at_once()
+  local free = free_slots(group)
+  if free <= 0 or not queue_empty('l3:') then return nil end
   local borrowed = nil
-  if key_open(key) and pool_open(pool) then
+  local open = num(redis.call('HGET', NS .. 'kin', key)) < num(key_cap)
+    and (pool_cap == '' or num(redis.call('HGET', NS .. 'pin', pool)) < num(pool_cap))
+  if open then
     borrowed = 0
-  elseif borrow == '1' and (free - 1 >= RESERVE or (revocable and free - 1 >= spare()))
-      and redis.call('ZCARD', NS .. 'b:' .. group) == 0 then
+  elseif borrow == '1' and (free - 1 >= RESERVE or (revocable and free - 1 >= spare(group))) and queue_empty('b:') then
     borrowed = 1
   end
-  if borrowed then
-    local left = admit_limits()
-    local replica = choose_replica(group, pref, avoid)
-    take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
-      ARGV[16])
-    ask_revocable(group)  -- the spare may be gone now
-    return {1, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
-  end
+  if not borrowed then return nil end
+  local left = admit_limits()
+  local replica = choose_replica(group, pref, avoid)
+  take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
+    ARGV[16])
+  ask_revocable(group, borrowed == 0)  -- the spare may be gone now
+  return {1, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
 end
+local now = at_once()
+if now then return now end
+-- No room: drop the leases and tickets of processes that died, grant whom that lets in, try again.
+reap()
+pump_dirty()
+now = at_once()
+if now then return now end
 
 -- A full queue: a place in it is free at the latest when its oldest ticket must leave (`soonest`:
 -- that ticket's deadline).
@@ -146,8 +164,12 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
   return full(soonest, 'key')
 end
 -- One key's bound does not stop many keys of a tier, nor many tiers, from holding more waiting
--- requests (each one an open connection) than the gateway has connections.
+-- requests (each one an open connection) than the gateway has connections. A request within its
+-- caps while redoable work borrows the group's slots is not bound by them: a slot is given back
+-- for it at once (below), so it waits no longer than that.
 local tier_max, total_max = tonumber(ARGV[29]), tonumber(ARGV[30])
+local revocable_running = redis.call('ZCARD', NS .. 'rv:' .. group) > 0
+if revocable_running and key_open(key) and pool_open(pool) then tier_max, total_max = -1, -1 end
 if tier_max >= 0 and num(redis.call('HGET', NS .. 'pq', pool)) >= tier_max then
   return full(soonest_in_pools({pool}), 'tier')
 end
@@ -161,6 +183,8 @@ if total_max >= 0 then
   if waiting >= total_max then return full(soonest_in_pools(pools), 'total') end
 end
 
+-- A request within its caps waits for a slot: chats are coming, so revocable borrowers keep a spare.
+if revocable_running and key_open(key) and pool_open(pool) then chat_came(group) end
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
   avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)

@@ -31,7 +31,8 @@ end
 redis.call('HSET', NS .. 'gr', group, table.concat(names, ','))
 redis.call('HSET', NS .. 'route', group, ARGV[6])
 redis.call('HSET', NS .. 'cap', group, total)
-REPLICAS[group] = nil
+REPLICAS[group], LOADS[group] = nil, nil
 DIRTY[group] = true
 pump_dirty()
+ask_revocable(group)  -- fewer slots may leave no spare, even with nobody waiting
 return num(redis.call('HGET', NS .. 'gin', group))

@@ -18,8 +18,13 @@
 --                                ("a,b"); group -> "epsilon|floor" of its bounded-load routing
 --   hold                         hash group -> until when it grants nothing (after a restart)
 --   kin, pin, gin, pbin, rin     hashes: leases in flight per key, pool, group, replica; borrowed
---                                per pool
+--                                per pool. Their zeros stay (a field per person, pool, group and
+--                                replica that ever ran): deleting them cost a command a counter
+--                                on most releases; readers skip them
 --   kq, pq, gq, pgq              hashes: tickets queued per key, pool, group, "p|g"
+--   nq                           tickets queued in the namespace: while 0, a grant or a release
+--                                skips every queue refresh and pump (most calls, on a card with
+--                                room); tick recounts it from gq, so it cannot drift for long
 --   l:h  lx                      lease hash (key pool group r b enq at); zset h -> expiry
 --   t:h  tx                      ticket hash (m key pool group enq borrow chan deadline pref
 --                                avoid);
@@ -34,14 +39,17 @@
 --   idx                          which member each stream/pool currently has in l2/l3/b
 --   ks:k  pg:p                   sets: "p|g" streams a key has queued; groups a pool has queued
 --   pe:p                         zset h -> enqueued_at, for the longest wait
--- Revocable borrowing (a batch runner's lines: a ticket or lease field rv = 1; the lease keeps
--- its process's channel chan): such a borrower may take the reserve too, all but one spare
--- slot, and gives a slot back when asked, since its line runs again later. A chat takes the spare
--- at once; whenever fewer slots are free than the spare plus the eligible tickets waiting, the
--- newest revocable lease of the group (the least work lost) is asked back ("revoke|h" on its
--- channel), so the next chat finds a spare again.
+-- Revocable borrowing (work that can be redone: a batch runner's lines, a request whose answer
+-- is not streamed; a ticket or lease field rv = 1; the lease keeps its process's channel chan):
+-- such a borrower may take the reserve too, all but one spare slot while chats come, every slot
+-- when none has for a while (spare), and gives a slot back when asked, since it runs again
+-- later. A chat takes the spare at once; whenever fewer slots are free than the spare plus the
+-- eligible tickets waiting, the newest revocable lease of the group (the least work lost) is
+-- asked back ("revoke|h" on its channel), so the next chat finds a spare again.
 --   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
 --   rvp                          hash group -> leases asked and not yet given back
+--   act                          hash group -> when it last admitted or queued a request within
+--                                its caps while revocable leases ran (spare)
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
@@ -68,6 +76,8 @@ local DIRTY      -- groups that may now be able to grant: pump them before retur
 local GRANTED    -- handle -> {borrowed, queued_seconds} granted during this call
 local QUIET      -- the caller's own handle: it learns of its grant from the reply, not pub/sub
 local REPLICAS   -- group -> its replica names, read once per call
+local LOADS      -- group -> {names, slots, busy, hold} read once per call, until a lease changes them
+local WAITING    -- tickets queued in the namespace (nq), read at most once per call
 local HALF_LIFE  -- the usage half-life, read once per call
 local FACTORS    -- association -> F within this call; cleared by every charge
 
@@ -77,14 +87,27 @@ local function begin(keys, argv)
   TICKET_TTL, RESERVE = tonumber(argv[3]), tonumber(argv[4])
   IDX = NS .. 'idx'
   DIRTY, GRANTED, QUIET, REPLICAS, HALF_LIFE, FACTORS = {}, {}, nil, {}, nil, {}
+  LOADS, WAITING = {}, nil
 end
 
 local function num(x) return tonumber(x) or 0 end
+
+-- Whether any ticket waits, in any group: when none does, there is no stream to refresh, no
+-- head to score again and nothing to pump.
+local function anyone_waiting()
+  if WAITING == nil then WAITING = num(redis.call('GET', NS .. 'nq')) end
+  return WAITING > 0
+end
 
 local function hincr(hash, field, by)
   local v = redis.call('HINCRBY', NS .. hash, field, by)
   if v <= 0 then redis.call('HDEL', NS .. hash, field) end  -- keep the counters sparse
   return v
+end
+
+-- An in-flight counter: its zeros stay (see the layout above).
+local function hcount(hash, field, by)
+  return redis.call('HINCRBY', NS .. hash, field, by)
 end
 
 local function key_open(key)
@@ -108,25 +131,34 @@ local function replicas_of(group)
   return names
 end
 
--- The group's replicas' slots and leases: name -> number, and the names in order.
+-- The group's replicas' slots and leases: name -> number, and the names in order. Read once per
+-- call and kept until a lease or the capacity changes them (take, free and capacity.lua forget it).
 local function replica_load(group)
-  local names = replicas_of(group)
-  local slots, busy = {}, {}
-  if #names > 0 then
-    local caps = redis.call('HMGET', NS .. 'rcap', unpack(names))
-    local ins = redis.call('HMGET', NS .. 'rin', unpack(names))
-    for i, name in ipairs(names) do slots[name] = num(caps[i]); busy[name] = num(ins[i]) end
+  local load = LOADS[group]
+  if not load then
+    local names = replicas_of(group)
+    local slots, busy = {}, {}
+    if #names > 0 then
+      local caps = redis.call('HMGET', NS .. 'rcap', unpack(names))
+      local ins = redis.call('HMGET', NS .. 'rin', unpack(names))
+      for i, name in ipairs(names) do slots[name] = num(caps[i]); busy[name] = num(ins[i]) end
+    end
+    load = {names, slots, busy}
+    LOADS[group] = load
   end
-  return names, slots, busy
+  return load[1], load[2], load[3]
 end
 
 local function free_slots(group)
-  local hold = redis.call('HGET', NS .. 'hold', group)
+  local load = LOADS[group]
+  local hold = load and load.hold
+  if hold == nil then hold = redis.call('HGET', NS .. 'hold', group) end
   if hold then
     if tonumber(hold) > NOW then return 0 end
     redis.call('HDEL', NS .. 'hold', group)
   end
   local names, slots, busy = replica_load(group)
+  LOADS[group].hold = false
   local free = 0
   for _, name in ipairs(names) do free = free + math.max(0, slots[name] - busy[name]) end
   return free
@@ -213,6 +245,7 @@ local refresh_stream
 -- everyone else's factor moves too (the total changed) but far less, and is caught up at their
 -- own next charge or change of head.
 local function rescore(assoc)
+  if not anyone_waiting() then return end
   for _, key in ipairs(redis.call('SMEMBERS', NS .. 'ak:' .. assoc)) do
     for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
       local pool, group = string.match(pg, '^(.*)|([^|]*)$')
@@ -448,6 +481,7 @@ end
 
 -- A key's in-flight count or cap changed: each of its streams may enter or leave l2.
 local function refresh_key(key)
+  if not anyone_waiting() then return end
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local pool, group = string.match(pg, '^(.*)|([^|]*)$')
     refresh_stream(key, pool, group)
@@ -460,6 +494,7 @@ end
 -- stream: its tickets queue in arrival order, so only the head's score is ever read. Refreshes
 -- every stream of the key (ks: lists only streams with tickets), as refresh_key would.
 local function key_cap_opened(key)
+  if not anyone_waiting() then return end
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local s = key .. '|' .. pg
     local member = head(NS .. 'q:' .. s)
@@ -472,6 +507,7 @@ end
 
 -- A pool's in-flight count or cap changed: each of its groups may enter or leave l3.
 local function refresh_pool(pool)
+  if not anyone_waiting() then return end
   for _, group in ipairs(redis.call('SMEMBERS', NS .. 'pg:' .. pool)) do
     refresh_pool_group(pool, group)
   end
@@ -480,6 +516,7 @@ end
 local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref, avoid,
                        assoc, weight, estimate, budgets, revocable)
   local member = string.format('%016d:%s', redis.call('INCR', NS .. 'seq'), handle)
+  WAITING = redis.call('INCR', NS .. 'nq')
   local pg = pool .. '|' .. group
   redis.call('HSET', NS .. 't:' .. handle, 'm', member, 'key', key, 'pool', pool, 'group', group,
     'enq', enq, 'hs', head_start, 'borrow', borrow, 'chan', chan, 'deadline', deadline,
@@ -510,6 +547,8 @@ local function dequeue(handle)
   local pg = pool .. '|' .. group
   local q = NS .. 'q:' .. key .. '|' .. pg
   redis.call('DEL', NS .. 't:' .. handle)
+  WAITING = redis.call('DECR', NS .. 'nq')
+  if WAITING <= 0 then redis.call('DEL', NS .. 'nq'); WAITING = 0 end
   redis.call('ZREM', q, t[1])
   redis.call('ZREM', NS .. 'pe:' .. pool, handle)
   hincr('kq', key, -1); hincr('pq', pool, -1); hincr('gq', group, -1)
@@ -546,8 +585,9 @@ local function take(handle, key, pool, group, replica, borrowed, enq, expiry, as
   redis.call('HSET', NS .. 'l:' .. handle, unpack(fields))
   if charged then charge(assoc, num(estimate)) end
   redis.call('ZADD', NS .. 'lx', expiry, handle)
-  hincr('kin', key, 1); hincr('pin', pool, 1); hincr('gin', group, 1); hincr('rin', replica, 1)
-  if borrowed == 1 then hincr('pbin', pool, 1) end
+  hcount('kin', key, 1); hcount('pin', pool, 1); hcount('gin', group, 1); hcount('rin', replica, 1)
+  if borrowed == 1 then hcount('pbin', pool, 1) end
+  LOADS[group] = nil
   refresh_key(key); refresh_pool(pool)
   GRANTED[handle] = {borrowed, NOW - enq, replica}
 end
@@ -564,10 +604,12 @@ local function free(handle, moving)
   if l[9] then hincr('rvp', l[3], -1) end
   -- It never ran: its estimate comes back (the grant on another replica charges it again).
   if moving and l[6] then charge(l[6], -num(l[7])) end
-  local was_capped = not key_open(l[1])
-  hincr('kin', l[1], -1); hincr('pin', l[2], -1); hincr('gin', l[3], -1)
-  if l[5] then hincr('rin', l[5], -1) end
-  if l[4] == '1' then hincr('pbin', l[2], -1) end
+  -- (Whether its key was at its cap matters only to tickets waiting behind it.)
+  local was_capped = anyone_waiting() and not key_open(l[1])
+  hcount('kin', l[1], -1); hcount('pin', l[2], -1); hcount('gin', l[3], -1)
+  if l[5] then hcount('rin', l[5], -1) end
+  if l[4] == '1' then hcount('pbin', l[2], -1) end
+  LOADS[l[3]] = nil
   DIRTY[l[3]] = true
   if was_capped and not moving then key_cap_opened(l[1]) else refresh_key(l[1]) end
   refresh_pool(l[2])
@@ -596,18 +638,31 @@ local function grant(member, group)
   end
 end
 
--- The slots a revocable borrower leaves free: one (none when the deployment keeps no reserve).
-local function spare()
-  return math.min(RESERVE, 1)
+-- The slots a revocable borrower leaves free: one while chats come (the group admitted or queued
+-- a request within its caps in the last SPARE_HOLD seconds, hash act), so the next one starts at
+-- once; none when nobody has come for that long (or the deployment keeps no reserve), so that
+-- redoable work fills the card and the first chat waits only for one slot to be given back.
+local SPARE_HOLD = 60
+
+local function spare(group)
+  if RESERVE <= 0 then return 0 end
+  local last = tonumber(redis.call('HGET', NS .. 'act', group))
+  return (last and NOW - last < SPARE_HOLD) and 1 or 0
+end
+
+local function chat_came(group)
+  redis.call('HSET', NS .. 'act', group, string.format('%.3f', NOW))
 end
 
 -- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
 -- borrowers to give slots back, beyond the asks still outstanding. Not while a restart hold
--- makes the group look full.
-local function ask_revocable(group)
+-- makes the group look full. `came`: a request within its caps was just granted (recorded only
+-- while revocable leases run: otherwise nothing is asked, and the grant costs no command more).
+local function ask_revocable(group, came)
   if redis.call('ZCARD', NS .. 'rv:' .. group) == 0 then return end
+  if came then chat_came(group) end
   if redis.call('HEXISTS', NS .. 'hold', group) == 1 then return end
-  local wanted = redis.call('ZCARD', NS .. 'l3:' .. group) + spare() - free_slots(group)
+  local wanted = redis.call('ZCARD', NS .. 'l3:' .. group) + spare(group) - free_slots(group)
   local asked = num(redis.call('HGET', NS .. 'rvp', group))
   for _ = 1, wanted - asked do
     local handle = redis.call('ZRANGE', NS .. 'rv:' .. group, 0, 0, 'REV')[1]  -- the newest
@@ -624,21 +679,22 @@ end
 
 -- Whether the waiting borrower `member` may have one of `free` slots: RESERVE must stay free, or
 -- only the spare for a revocable one.
-local function may_borrow(member, free)
+local function may_borrow(member, free, group)
   if free - 1 >= RESERVE then return true end
-  return free - 1 >= spare() and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'rv') == '1'
+  return free - 1 >= spare(group) and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'rv') == '1'
 end
 
 -- Grant as many tickets of `group` as its replicas' free slots allow: eligible tickets first, in score
 -- order; borrowers only when no eligible ticket waits and the reserve would stay free (see
 -- may_borrow); then ask revocable borrowers back if the spare is gone.
 local function pump(group)
+  if not anyone_waiting() then return end  -- (a slot that opens cannot take the spare away)
   for _ = 1, 1000 do
     local free = free_slots(group)
     local member = free > 0 and head(NS .. 'l3:' .. group)
     if free > 0 and not member then
       member = head(NS .. 'b:' .. group)
-      if member and not may_borrow(member, free) then member = nil end
+      if member and not may_borrow(member, free, group) then member = nil end
     end
     if not member then break end
     grant(member, group)

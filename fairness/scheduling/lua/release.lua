@@ -6,9 +6,11 @@
 -- ARGV[9]  its budgets (acquire.lua's ARGV[26]): the real count goes to their windows, the
 --          reserved estimate comes back    ARGV[10] its rate limits: a token limit's estimate is
 --          replaced by the real count
+-- ARGV[11] the usage half-life (s), as acquire states it
 -- Returns  1 if the lease was held, 0 if it was already gone (released or expired). Giving back
 -- is idempotent; the charges (fair share, budgets' real counts) are not, so a caller sends it once.
-reap()
+-- (No reaping here: upkeep does it every second while anyone waits, and acquire when it needs a slot.)
+HALF_LIFE = tonumber(ARGV[11])
 local held = ARGV[5] ~= '' and free(ARGV[5])
 local amount = (tonumber(ARGV[7]) or 0) - (tonumber(ARGV[8]) or 0)
 if ARGV[6] ~= '' and amount ~= 0 then charge(ARGV[6], amount) end

@@ -1,5 +1,5 @@
 -- tick.lua: one process's periodic upkeep, in one call: renew its leases, heartbeat its waiting
--- tickets, reap the dead, score waiting associations again (at most once a second), and pump
+-- tickets, reap the dead, recount the waiting, score waiting associations again (at most once a second), and pump
 -- every group with a queue (covers lost pub/sub messages).
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
 -- ARGV[5]  n, the number of lease handles that follow
@@ -18,6 +18,11 @@ for i = 6, 5 + n do
     lost[#lost + 1] = ARGV[i]
   end
 end
+-- The count of waiting tickets, from the counts per group (it cannot drift for longer than this).
+local waiting = 0
+for _, v in ipairs(redis.call('HVALS', NS .. 'gq')) do waiting = waiting + num(v) end
+if waiting > 0 then redis.call('SET', NS .. 'nq', waiting) else redis.call('DEL', NS .. 'nq') end
+WAITING = waiting
 rescore_waiting(1)
 for _, group in ipairs(redis.call('HKEYS', NS .. 'gq')) do DIRTY[group] = true end
 pump_dirty()
