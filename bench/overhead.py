@@ -11,6 +11,7 @@ Systems, measured in turn (rotated every round, so the box's other work hits all
                 requests and tokens) and a model list, all set far above what the run uses
   gateway×2     two gateway processes (each worker spreads its requests over both)
   litellm×1     LiteLLM's proxy (bench/overhead_litellm.py), one worker
+  smg×1         SMG's router (Rust; bench/overhead_smg.py), routing and relaying only
   before×1      with --baseline TREE: the gateway of an earlier checkout (bench/overhead_baseline.py),
                 one worker, its keys in the same tier: what the code since then costs
 Paired, c=1: one client sends its requests in turn to direct, gateway×1 with a plain key, gateway×1
@@ -30,11 +31,20 @@ clients of that key while 48 others load the same gateway (ours queues, LiteLLM 
 py-spy on one gateway worker under concurrency 16; 100,000 requests through one gateway worker
 for memory flatness.
 
+Pinned (where the machine has two or more cores, unless --no-pin): every proxy under test (our
+gateway processes, LiteLLM, SMG) and Redis (part of ours' work, and LiteLLM's) on one core, the
+engines, the load generators and this process on another, so the arm measured (one at a time) has
+a core to itself and the fixed parts cannot take it. A
+window at concurrency 16 or more whose proxy got under 0.9 of a core is flagged: its figures are
+the box's, not the proxy's. Redis' own account of each window (INFO commandstats: time inside
+admission's functions, commands run, function calls) is read per request, beside the Redis
+process's CPU.
+
 Every benchmark key's tier allows 128 at a time per key, no pool (LiteLLM: max_parallel_requests
 128), so nothing is throttled at concurrency 64. The load comes from separate processes with a
 lean HTTP client (bench/overhead_client.py). Writes bench/results/overhead.json and .png, prints
-tables and the targets. The setup step installs LiteLLM into var/bench-litellm and py-spy into
-var/bench-pyspy (never project dependencies).
+tables and the targets. The setup step installs LiteLLM into var/bench-litellm, SMG into
+var/bench-smg and py-spy into var/bench-pyspy (never project dependencies).
 """
 
 from __future__ import annotations
@@ -49,10 +59,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import front_end, overhead_baseline, overhead_litellm, overhead_profile, overhead_report, report
+from bench import (
+    front_end,
+    overhead_baseline,
+    overhead_litellm,
+    overhead_profile,
+    overhead_report,
+    overhead_smg,
+    report,
+)
 from bench.harness import LOGS, ROOT, EngineSpec, Portal, cleanup_on_sigterm, portal, setup_django
 from bench.overhead_client import LoadGenerators, PhaseResult, PhaseSpec, chat_body
-from bench.overhead_sys import Accounts, find_process, rss_bytes, with_descendants
+from bench.overhead_sys import Accounts, find_process, pin, redis_work, rss_bytes, with_descendants
 from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
 
 PATH = "/v1/chat/completions"
@@ -101,11 +119,12 @@ class Config:
     paced_tokens: int
     paced_concurrency: int
     load_processes: int
+    pin: bool = True
 
     @classmethod
     def make(cls, quick: bool, load_processes: int) -> Config:
         if quick:
-            return cls(rounds=1, window=3.0, warmup=1.0, concurrency=(1, 16, 64),
+            return cls(rounds=3, window=3.0, warmup=1.0, concurrency=(1, 16, 64),
                        stream_concurrency=(1, 16), stream_tokens=256, cap_clients=16,
                        cap_background=48, cap_seconds=3.0, memory_requests=10_000,
                        memory_warmup=1_000, memory_concurrency=16, profile_seconds=5,
@@ -120,7 +139,7 @@ class Config:
 @dataclass(frozen=True)
 class System:
     name: str
-    kind: str  # "direct", "ours" or "litellm"
+    kind: str  # "direct", "ours", "litellm" or "smg"
     urls: tuple[str, ...]
     secrets: tuple[str, ...]
     pids: tuple[int, ...]
@@ -149,6 +168,8 @@ class Bench:
     capped_secret: str
     bench_secrets: tuple[str, ...]
     front_end_secret: str
+    redis: Any = None  # a client of the portal's Redis, for its commandstats
+    flagged: list[str] = dataclasses.field(default_factory=list)  # windows whose proxy lacked a core
 
     def system(self, name: str) -> System:
         return next(s for s in self.systems if s.name == name)
@@ -168,14 +189,29 @@ class Bench:
         _sleep_until(t0)
         load = os.getloadavg()[0]  # the box's other work, for reading noisy windows
         before = accounts.snapshot()
+        redis_before = self._redis_work()
         peak = 0
         while time.perf_counter() < t1:
             peak = max(peak, rss_bytes(with_descendants(system.pids)))
             time.sleep(min(0.2, max(0.0, t1 - time.perf_counter())))
         after = accounts.snapshot()
+        redis_after = self._redis_work()
         results = self.gens.collect(timeout=t1 - time.perf_counter() + 300)
-        return {"results": results, "seconds": t1 - t0, "cpu": Accounts.delta(before, after),
-                "rss_peak": peak, "loadavg": load}
+        cpu = Accounts.delta(before, after)
+        out = {"results": results, "seconds": t1 - t0, "cpu": cpu, "rss_peak": peak, "loadavg": load,
+               "redis": {k: redis_after[k] - redis_before[k] for k in redis_after}}
+        concurrency = sum(spec.concurrency for spec in specs)
+        cores = cpu.get("server", 0.0) / (t1 - t0)
+        if system.kind != "direct" and concurrency >= 16 and cores < 0.9:
+            out["under_a_core"] = True
+            self.flagged.append(f"{system.name} at c={concurrency}: {cores:.2f} of a core")
+            print(f"  ! {system.name} got {cores:.2f} of a core at c={concurrency}", flush=True)
+        return out
+
+    def _redis_work(self) -> dict[str, float]:
+        if self.redis is None:
+            return {"function_usec": 0.0, "commands": 0.0, "fcalls": 0.0}
+        return redis_work(self.redis.info("commandstats"))
 
     def closed_loop(self, system: System, concurrency: int, bodies: tuple[bytes, ...],
                     stream: bool, window: float) -> dict[str, Any]:
@@ -208,7 +244,7 @@ class Bench:
 
     def paced_systems(self) -> list[System]:
         direct = System("direct", "direct", (self.timed.url,), (), (self.timed.pid,), 1)
-        return [direct, self.system("gateway×1"), self.system("litellm×1")]
+        return [direct, self.system("gateway×1"), self.system("litellm×1"), self.system("smg×1")]
 
     def paired_arms(self) -> list[Arm]:
         direct, ours = self.system("direct"), self.system("gateway×1")
@@ -218,6 +254,7 @@ class Bench:
                     dataclasses.replace(FORWARDED, new_tokens=True))]
         if any(s.name == "before×1" for s in self.systems):
             arms.append(Arm("before×1", self.system("before×1").urls[0], self.bench_secrets[0]))
+        arms.append(Arm("smg×1", self.system("smg×1").urls[0], self.bench_secrets[0]))
         return arms
 
     def paired(self, arms: Sequence[Arm], seconds: float) -> dict[str, Any]:
@@ -329,7 +366,7 @@ def _sleep_until(t: float) -> None:
 
 
 @contextlib.contextmanager
-def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
+def setup(cfg: Config, litellm: Path, smg: Path, baseline: Path | None) -> Iterator[Bench]:
     members = {name: "bench" for name in BENCH_KEYS} | {name: "limited" for name in LIMITED_KEYS} | {
         CAPPED_KEY: "capped", FRONT_END_KEY: "bench"}
     with contextlib.ExitStack() as stack:
@@ -363,6 +400,8 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
             timed_api_base=timed.base_url, redis_host=redis_host, redis_port=int(redis_port),
             redis_db=LITELLM_REDIS_DB,
         ))
+        print("starting SMG's router ...", flush=True)
+        router = stack.enter_context(overhead_smg.SmgRouter(smg, pick_free_port(), [p.engines[0].url, timed.url]))
         gens = stack.enter_context(LoadGenerators(cfg.load_processes))
         engine = p.engines[0]
         g0, g1 = p.gateways
@@ -373,6 +412,7 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
             System("gateway×2", "ours", (str(g0.url), str(g1.url)), bench_secrets,
                    (g0.process.pid, g1.process.pid), 2),
             System("litellm×1", "litellm", (ll.url,), bench_secrets, (ll.pid,), 1),
+            System("smg×1", "smg", (router.url,), bench_secrets, (router.pid,), 1),
         ]
         if baseline is not None:
             print(f"starting the baseline gateway from {baseline} ...", flush=True)
@@ -382,8 +422,19 @@ def setup(cfg: Config, litellm: Path, baseline: Path | None) -> Iterator[Bench]:
                 keys={name: secrets[name] for name in BENCH_KEYS},
             ))
             systems.append(System("before×1", "ours", (str(before.url),), bench_secrets, (before.process.pid,), 1))
-        yield Bench(cfg, gens, systems, engine, timed, find_process("redis-server", f":{redis_port}"),
-                    secrets[CAPPED_KEY], bench_secrets, secrets[FRONT_END_KEY])
+        redis_pid = find_process("redis-server", f":{redis_port}")
+        if cfg.pin and (os.cpu_count() or 1) >= 2:
+            # Redis is part of our gateway's work (and LiteLLM's): it shares the proxies' core.
+            proxies = {pid for system in systems if system.kind != "direct" for pid in system.pids}
+            proxies |= {redis_pid} if redis_pid else set()
+            rest = [engine.pid, timed.pid, *gens.pids, os.getpid()]
+            print(f"pinned: proxies and Redis to core 1 ({pin(proxies, {1})} threads), the engines, "
+                  f"the load and this process to core 0 ({pin(rest, {0})} threads)", flush=True)
+        import redis
+
+        client = stack.enter_context(redis.Redis.from_url(p.redis_url))
+        yield Bench(cfg, gens, systems, engine, timed, redis_pid, secrets[CAPPED_KEY], bench_secrets,
+                    secrets[FRONT_END_KEY], client)
 
 
 def _commit(tree: Path = ROOT) -> str:
@@ -399,16 +450,17 @@ def _commit(tree: Path = ROOT) -> str:
     return git("rev-parse", "--short", "HEAD") + (" (modified)" if dirty else "")
 
 
-def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -> dict[str, Any]:
+def run(cfg: Config, litellm: Path, smg: Path, pyspy: Path | None, baseline: Path | None) -> dict[str, Any]:
     results: dict[str, Any] = {"config": cfg.__dict__, "commit": _commit()}
     print(f"measuring the gateway at {results['commit']}", flush=True)
     if baseline is not None:
         results["baseline"] = {"tree": str(baseline), "commit": _commit(baseline)}
         print(f"beside the baseline at {results['baseline']['commit']}", flush=True)
-    with setup(cfg, litellm, baseline) as bench:
+    with setup(cfg, litellm, smg, baseline) as bench:
         results["systems"] = {s.name: {"kind": s.kind, "workers": s.workers, "urls": s.urls}
                               for s in bench.systems}
         results["litellm_version"] = overhead_litellm.LITELLM_VERSION
+        results["smg_version"] = overhead_smg.SMG_VERSION
         bench.warm()
         direct = bench.system("direct")
         print("calibration: straight to the engine at concurrency 64 ...", flush=True)
@@ -445,19 +497,22 @@ def run(cfg: Config, litellm: Path, pyspy: Path | None, baseline: Path | None) -
         print(f"memory: {cfg.memory_requests:,} requests through one gateway worker ...",
               flush=True)
         results["memory"] = bench.memory(bench.system("gateway×1"))
+        results["windows_under_a_core"] = bench.flagged
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short windows, one round")
+    parser.add_argument("--quick", action="store_true", help="short windows")
     parser.add_argument("--load-processes", type=int, default=1,
                         help="load-generator processes (default 1: it is not the bottleneck; "
                              "see the calibration line)")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--name", default="overhead", help="results file name")
-    parser.add_argument("--rounds", type=int, help="rounds of every phase (default: 1 with --quick, else 3)")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds of every phase (default 3; ratios are the median of the rounds' own)")
+    parser.add_argument("--no-pin", action="store_true", help="leave every process free to use any core")
     parser.add_argument("--baseline", type=Path, metavar="TREE",
                         help="also measure the gateway of this earlier checkout (git worktree add TREE COMMIT)")
     args = parser.parse_args(argv)
@@ -465,10 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config.make(args.quick, args.load_processes)
     if args.rounds:
         cfg = dataclasses.replace(cfg, rounds=args.rounds)
+    cfg = dataclasses.replace(cfg, pin=not args.no_pin)
     litellm = overhead_litellm.ensure_venv()
+    smg = overhead_smg.ensure_venv()
     pyspy = None if args.no_profile else overhead_profile.ensure_pyspy()
     started = time.monotonic()
-    results = run(cfg, litellm, pyspy, args.baseline)
+    results = run(cfg, litellm, smg, pyspy, args.baseline)
     results["targets"] = overhead_report.targets(results)
     results["elapsed_s"] = time.monotonic() - started
     print()

@@ -19,19 +19,16 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import string
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from bench.harness import LOGS, ROOT
+from bench.peer_process import PeerProcess, ensure_installed
 
 LITELLM_VERSION = "1.108.7"
 VENV = ROOT / "var" / "bench-litellm"
@@ -43,30 +40,9 @@ _NOT_FOR_LITELLM = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SE
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def installed_version(venv: Path = VENV) -> str | None:
-    python = venv / "bin" / "python"
-    if not python.exists():
-        return None
-    found = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
-    return found.stdout.strip() if found.returncode == 0 else None
-
-
 def ensure_venv(venv: Path = VENV) -> Path:
     """The ``litellm`` executable, installing the pinned version first if need be."""
-    if installed_version(venv) != LITELLM_VERSION:
-        print(f"setting up LiteLLM {LITELLM_VERSION} in {venv} (a few minutes, once)", flush=True)
-        base = getattr(sys, "_base_executable", None) or shutil.which("python3") or "python3"
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-             f"litellm[proxy]=={LITELLM_VERSION}"],
-            check=True, timeout=1800,
-        )
-        if installed_version(venv) != LITELLM_VERSION:
-            raise RuntimeError(f"LiteLLM {LITELLM_VERSION} did not install into {venv}")
+    ensure_installed(venv, "litellm", LITELLM_VERSION, f"litellm[proxy]=={LITELLM_VERSION}")
     return venv / "bin" / "litellm"
 
 
@@ -84,7 +60,7 @@ def render_config(directory: Path, *, sim_api_base: str, timed_api_base: str, re
     return path
 
 
-class LiteLLMProxy:
+class LiteLLMProxy(PeerProcess):
     """``litellm --config ...`` on a loopback port, in a process group of its own."""
 
     def __init__(self, executable: Path, port: int, *, keys: dict[str, int], workers: int = 1,
@@ -102,9 +78,7 @@ class LiteLLMProxy:
             "BENCH_LITELLM_KEYS": json.dumps(keys),
             "NO_PROXY": "127.0.0.1,localhost",
         })
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOGS / f"litellm-{port}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115  (closed in stop())
+        super().__init__(LOGS / f"litellm-{port}.log")
         self.process = subprocess.Popen(
             [str(executable), "--config", str(config_path), "--host", "127.0.0.1",
              "--port", str(port), "--num_workers", str(workers)],
@@ -116,10 +90,6 @@ class LiteLLMProxy:
         except BaseException:
             self.stop()
             raise
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
@@ -135,26 +105,6 @@ class LiteLLMProxy:
             time.sleep(0.5)
         raise RuntimeError(f"LiteLLM did not answer within {READY_TIMEOUT:.0f} s:\n{self.log_tail()}")
 
-    def log_tail(self, lines: int = 30) -> str:
-        text = self.log_path.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
     def stop(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-        self._log.close()
+        super().stop()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

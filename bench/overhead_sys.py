@@ -103,3 +103,38 @@ class Accounts:
     @staticmethod
     def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         return {name: after[name] - before.get(name, 0.0) for name in after}
+
+
+def pin(pids: Iterable[int], cpus: set[int]) -> int:
+    """Hold these processes, their descendants and every thread of each to ``cpus`` (a thread's
+    affinity is its own: a process's threads must each be set; threads they start later inherit
+    it). Returns how many threads were pinned."""
+    pinned = 0
+    for pid in with_descendants(pids):
+        try:
+            threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in threads:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+                pinned += 1
+    return pinned
+
+
+def redis_work(stats: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What a Redis server did, from ``INFO commandstats``: microseconds inside function calls
+    (admission's: their time holds that of the commands they run), function calls, and commands
+    run, inside functions or not (a command a function runs is counted on its own line too). The
+    bench's own INFO calls are left out."""
+    function_usec = commands = fcalls = 0.0
+    for name, entry in stats.items():
+        command = name.removeprefix("cmdstat_")
+        if command in ("info", "config|resetstat"):
+            continue
+        if command in ("fcall", "fcall_ro"):
+            fcalls += entry["calls"]
+            function_usec += entry["usec"]
+        else:
+            commands += entry["calls"]
+    return {"function_usec": function_usec, "commands": commands, "fcalls": fcalls}

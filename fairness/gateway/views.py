@@ -13,7 +13,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from fairness.gateway import engine_client, request_parsing
@@ -298,7 +300,7 @@ async def _whole_response(
 ) -> HttpResponse:
     raw = await engine_client.read_whole(response, replica)
     try:
-        counts = json.loads(raw).get("usage") or {}
+        counts = _parsed(raw).get("usage") or {}
     except (ValueError, AttributeError, RecursionError):  # nested past the parser's depth
         raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
     tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
@@ -308,6 +310,15 @@ async def _whole_response(
     for name, value in headers.items():
         result[name] = value
     return result
+
+
+def _parsed(raw: bytes) -> Any:
+    """An engine's JSON: orjson's parse, the standard library's for what orjson refuses (an
+    integer past 64 bits) so that the answer is judged as before."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:

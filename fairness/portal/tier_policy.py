@@ -58,9 +58,10 @@ def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
     if tier.borrow_idle_slots:
         # Without this sentence the caps above read as a promise the live counts break.
         sentences.append(
-            "While no one else is waiting, it also borrows idle slots beyond these caps, "
-            f"always leaving {_slots(reserve)} free for others; borrowed slots come back as "
-            "those requests finish."
+            "While no one else is waiting, it also borrows idle slots beyond these caps. A streamed "
+            f"answer leaves {_slots(reserve)} free for others and gives its slot back when it "
+            "finishes; a whole answer (not streamed) may take every slot, and when someone needs "
+            "one it is stopped and sent again later from its place in line, so it only waits longer."
         )
     across = f", {_requests(tier.max_queued)} across all {tier.name} keys" if tier.max_queued else ""
     sentences.append(

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -362,7 +363,7 @@ class Admission:
         key's, its tier's or the deployment's queue is full), QueueTimeout, BudgetExceeded or
         RateLimited."""
         _check(demand)
-        return await self._wait_for_lease(demand, uuid.uuid4().hex, self._clock(), moving=False)
+        return await self._wait_for_lease(demand, os.urandom(16).hex(), self._clock(), moving=False)
 
     async def move(self, grant: Grant, avoid: str) -> Grant:
         """The replica of `grant` failed its request before answering: give its slot back and

@@ -20,7 +20,9 @@ def test_batch_says_it_borrows_beyond_its_caps_so_thirteen_at_once_is_no_contrad
     borrowing = words[2]
     assert "borrows idle slots beyond these caps" in borrowing
     assert "While no one else is waiting" in borrowing
-    assert "leaving 3 slots free for others" in borrowing
+    assert "A streamed answer leaves 3 slots free for others" in borrowing
+    # Work that can be redone takes them too: saying so keeps a full card from reading as a broken promise.
+    assert "a whole answer (not streamed) may take every slot" in borrowing and "sent again later" in borrowing
 
 
 def test_interactive_has_no_pool_and_no_borrowing() -> None:
@@ -53,7 +55,7 @@ def test_head_start_is_said_in_minutes_and_its_absence_too() -> None:
 def test_singular_counts_read_as_english() -> None:
     words = in_words(_tier("batch", per_key_concurrency=1, pool_concurrency=1), reserve_slots=1)
     assert words[0].startswith("Each person runs up to 1 request at a time, across all their batch keys")
-    assert "leaving 1 slot free" in words[2]
+    assert "leaves 1 slot free" in words[2]
 
 
 def test_isolated_prefix_cache_is_said_only_when_on() -> None:
@@ -63,7 +65,7 @@ def test_isolated_prefix_cache_is_said_only_when_on() -> None:
 
 def test_reserve_defaults_to_the_setting(settings) -> None:
     settings.GP_RESERVE_SLOTS = 5
-    assert "leaving 5 slots free" in " ".join(in_words(_tier("batch")))
+    assert "leaves 5 slots free" in " ".join(in_words(_tier("batch")))
 
 
 def test_durations_in_words() -> None:
