@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from bench import load, measures
 from bench.flood import Flood
 from bench.load import Call, Target
@@ -83,11 +85,25 @@ async def run(plan: Plan, sample_period: float = 0.1) -> Outcome:
     return await asyncio.wait_for(_run(plan, sample_period), budget)
 
 
+async def warm_up(client: httpx.AsyncClient, plan: Plan) -> None:
+    """One short untimed request from each user to each address, direct and through the gateway
+    alike. A key's first request meets cold caches (the key looked up in the database, new
+    connections): a one-off that would otherwise be a tenth of a short phase's samples."""
+    calls = [load.chat(client, target, n, load.chat_body(plan.model, f"{name} says hello", 4),
+                       Call(name, "warm-up"), False)
+             for name, target in plan.interactive.items() for n in range(len(target.urls))]
+    for call in await asyncio.gather(*calls):
+        if call.error:
+            raise RuntimeError(f"warm-up request failed: {call.error}")
+
+
 async def _run(plan: Plan, sample_period: float) -> Outcome:
     calls: list[Call] = []
     samples: list[dict[str, Any]] = []
     admission: list[dict[str, Any]] = []
     async with load.make_client() as client:
+        await wait_engine_idle(client, plan.engine_url)
+        await warm_up(client, plan)
         await wait_engine_idle(client, plan.engine_url)
         leases_at_start = None
         if plan.admission is not None:

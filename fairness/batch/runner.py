@@ -16,7 +16,7 @@ Each batch keeps as many lines in flight as its key could get slots (the deploym
 its tier borrows idle ones, its caps otherwise) and half as many again waiting in admission's
 queue, so a freed slot is taken at once. Admission decides who runs: the runner never outruns a
 live client of the same key, and interactive users keep their head start. Its lines borrow
-revocably (GrantWatch): every slot while nobody chats, all but a spare one while chats come; a
+revocably (GrantWatch): every slot while nobody chats, all but a spare while chats come; a
 line asked back is dropped at the engine and sent again from its place in line (gateway/views.py).
 
 At the end of its slice a runner starts no more lines and gives back those still waiting in

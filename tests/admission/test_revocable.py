@@ -1,7 +1,8 @@
 """Revocable borrowing (work that can be redone: a batch runner's lines, an answer not streamed):
-such a borrower may take the reserve too, every slot while nobody chats and all but one spare
-slot while chats come; a chat takes the spare at once, and the newest revocable lease is asked
-back, once, on its own process's channel, so that the next chat finds a spare again."""
+such a borrower may take the reserve too, every slot while nobody chats and all but a spare while
+chats come (room for as many as lately came together, at least one); a chat takes the spare at
+once, and the newest revocable lease is asked back, once, on its own process's channel, so that
+the next chat finds a spare again."""
 
 from __future__ import annotations
 
@@ -111,3 +112,35 @@ async def test_plain_borrowers_are_never_asked_and_a_chat_waits_for_an_end(
     assert heard == [] and not waiting.done()
     await runner.release(plain[0])
     await granted(waiting)
+
+
+async def test_chats_that_came_together_find_as_many_slots_spare_until_a_minute_passes(
+    make_admission: Callable[..., Awaitable[Admission]], clock,
+) -> None:
+    gateway, runner = await make_admission(), await make_admission()
+    heard = asks(runner)
+    await gateway.set_capacity(GROUP, 4)
+    lines = {g.lease_id: g for g in await fill(runner, runner_carol, 3, clock)}  # 1 within carol's cap
+    alice_chat = await granted(start(gateway, alice))
+    await eventually(lambda: len(heard) == 1, what="a lease asked back for the spare")
+    await runner.release(lines.pop(heard[0]))
+    bob_chat = await granted(start(gateway, bob))  # two chats together (and carol's own)
+    await eventually(lambda: len(heard) == 2, what="the next lease asked back")
+    await runner.release(lines.pop(heard[1]))
+    await gateway.release(alice_chat)
+    await gateway.release(bob_chat)
+
+    # Three slots free: a borrower takes one and leaves two, room for the two chats seen together.
+    borrowed = await granted(start(runner, runner_carol))
+    left_waiting = await enqueue(runner, runner_carol)
+    await runner.stats()
+    assert not left_waiting.done()
+    together = [await granted(start(gateway, alice)), await granted(start(gateway, bob))]
+    assert [g.queued_seconds for g in together] == [0.0, 0.0]
+    for chat in together:
+        await gateway.release(chat)
+
+    clock.advance(61.0)  # nobody chats for a minute: every slot may be borrowed again
+    await runner.stats()
+    await granted(left_waiting)
+    assert borrowed.borrowed

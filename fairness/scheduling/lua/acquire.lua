@@ -184,7 +184,7 @@ if total_max >= 0 then
 end
 
 -- A request within its caps waits for a slot: chats are coming, so revocable borrowers keep a spare.
-if revocable_running and key_open(key) and pool_open(pool) then chat_came(group) end
+if revocable_running and key_open(key) and pool_open(pool) then chat_came(group, 1) end
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
   avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)

@@ -41,15 +41,17 @@
 --   pe:p                         zset h -> enqueued_at, for the longest wait
 -- Revocable borrowing (work that can be redone: a batch runner's lines, a request whose answer
 -- is not streamed; a ticket or lease field rv = 1; the lease keeps its process's channel chan):
--- such a borrower may take the reserve too, all but one spare slot while chats come, every slot
--- when none has for a while (spare), and gives a slot back when asked, since it runs again
--- later. A chat takes the spare at once; whenever fewer slots are free than the spare plus the
+-- such a borrower may take the reserve too, all but a spare while chats come (room for as many as
+-- lately came together), every slot when none has for a while (spare), and gives a slot back
+-- when asked, since it runs again later. A chat takes the spare at once; whenever fewer slots are free than the spare plus the
 -- eligible tickets waiting, the newest revocable lease of the group (the least work lost) is
 -- asked back ("revoke|h" on its channel), so the next chat finds a spare again.
 --   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
 --   rvp                          hash group -> leases asked and not yet given back
 --   act                          hash group -> when it last admitted or queued a request within
---                                its caps while revocable leases ran (spare)
+--                                its caps while revocable leases ran; group|peak, group|peak_at:
+--                                the most such requests running or waiting together lately, and
+--                                when that was last seen (spare)
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
@@ -638,19 +640,37 @@ local function grant(member, group)
   end
 end
 
--- The slots a revocable borrower leaves free: one while chats come (the group admitted or queued
--- a request within its caps in the last SPARE_HOLD seconds, hash act), so the next one starts at
--- once; none when nobody has come for that long (or the deployment keeps no reserve), so that
--- redoable work fills the card and the first chat waits only for one slot to be given back.
+-- The slots a revocable borrower leaves free. None when no chat has come for SPARE_HOLD seconds
+-- (or the deployment keeps no reserve), so that redoable work fills the card and the first chat
+-- waits only for one slot to be given back. While chats come (the group admitted or queued a
+-- request within its caps in that time, hash act), room for as many chats as were seen together
+-- in that time, less those running, at most the reserve and at least one: a chat then starts at
+-- once unless more come together than have lately.
 local SPARE_HOLD = 60
+
+-- Leases of `group` that are not revocable: chats, and the rare borrower that cannot be redone.
+local function chats_running(group)
+  return num(redis.call('HGET', NS .. 'gin', group)) - redis.call('ZCARD', NS .. 'rv:' .. group)
+    - num(redis.call('HGET', NS .. 'rvp', group))
+end
 
 local function spare(group)
   if RESERVE <= 0 then return 0 end
-  local last = tonumber(redis.call('HGET', NS .. 'act', group))
-  return (last and NOW - last < SPARE_HOLD) and 1 or 0
+  local act = redis.call('HMGET', NS .. 'act', group, group .. '|peak')
+  local last = tonumber(act[1])
+  if not (last and NOW - last < SPARE_HOLD) then return 0 end
+  local peak = num(act[2])
+  if peak <= 1 then return 1 end
+  return math.max(1, math.min(RESERVE, peak - chats_running(group)))
 end
 
-local function chat_came(group)
+-- `waiting`: 1 when the chat is about to queue (it is not yet among the eligible waiting).
+local function chat_came(group, waiting)
+  local together = chats_running(group) + redis.call('ZCARD', NS .. 'l3:' .. group) + (waiting or 0)
+  local seen = redis.call('HMGET', NS .. 'act', group .. '|peak', group .. '|peak_at')
+  if together >= num(seen[1]) or NOW - num(seen[2]) >= SPARE_HOLD then
+    redis.call('HSET', NS .. 'act', group .. '|peak', together, group .. '|peak_at', string.format('%.3f', NOW))
+  end
   redis.call('HSET', NS .. 'act', group, string.format('%.3f', NOW))
 end
 
