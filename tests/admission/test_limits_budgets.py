@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aredis
 
 from fairness.scheduling.admission import BudgetExceeded, RateLimited
 from fairness.scheduling.limits import BudgetWindow, RateLimit
+from fairness.store import keyspace
 
 from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, like
 
@@ -59,6 +61,25 @@ async def test_a_dead_processs_lease_gives_its_reservation_back(make_admission, 
     clock.advance(31)
     other = await make_admission()
     assert (await admitted(other, spending(900, key="bob"))).budget_left == pytest.approx(100)
+
+
+async def test_a_windows_counters_always_expire(make_admission, redis_url: str, prefix: str) -> None:
+    # A reservation in a window with no settled use yet sets the expiry; once use is settled the
+    # hash keeps it, and later reservations set none.
+    admission = await make_admission()
+    await admission.set_capacity(GROUP, 4)
+    counters = aredis.Redis.from_url(redis_url)
+    window = f"{keyspace.admission_namespace(prefix)}bw:{MONTH.field}"
+    try:
+        first = await admitted(admission, spending(100))
+        assert await counters.ttl(window) > 0
+        await admission.release(first, charge=50)
+        second = await admitted(admission, spending(100))
+        assert await counters.ttl(window) > 0
+        await admission.release(second, charge=50)
+        assert await counters.hget(window, "u") == b"100" and await counters.ttl(window) > 0
+    finally:
+        await counters.aclose()
 
 
 async def test_a_new_window_starts_empty(make_admission) -> None:

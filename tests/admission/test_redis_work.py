@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
+from fairness.scheduling.limits import BudgetWindow, RateLimit
 from tests.admission.conftest import GROUP, alice, carol, like
 from tests.redis_server import PrivateRedis
 
@@ -62,3 +63,29 @@ async def test_a_request_nobody_waits_behind_costs_two_calls_and_at_most_29_comm
     assert per_request.pop("fcall") == 2
     inner = sum(per_request.values())
     assert inner <= 29, per_request
+
+
+LIMITS = {
+    "budgets": (BudgetWindow(1, "k1-month", 1e15, window_start=0, resets_at=4e9),
+                BudgetWindow(2, "a1-day", 1e15, window_start=0, resets_at=4e9)),
+    "rate_limits": (RateLimit("p1|rpm", 1e9), RateLimit("p1|tpm", 1e12, tokens=True)),
+}
+
+
+async def test_budgets_and_rate_limits_far_from_their_limits_cost_at_most_12_commands_more(
+    private_redis: PrivateRedis,
+) -> None:
+    # Two budgets and two rate limits: read, reserve and settle each. (16 while every budgeted
+    # request reaped the dead first, and every reservation set its window's expiry again.)
+    client = aredis.Redis.from_url(private_redis.url())
+    admission = Admission(client, prefix="work", reserve_slots=2)
+    plain = like(alice, association="7", share=0.5, fairshare_weight=600.0, estimate=100.0)
+    try:
+        await admission.set_capacity(GROUP, 8)
+        without = await _commands_per_request(admission, client, plain)
+        with_limits = await _commands_per_request(admission, client, like(plain, **LIMITS))
+    finally:
+        await admission.close()
+        await client.aclose()
+    more = sum(with_limits.values()) - sum(without.values())
+    assert more <= 12, (without, with_limits)

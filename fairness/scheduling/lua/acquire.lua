@@ -39,8 +39,7 @@ local pref, avoid = ARGV[17], ARGV[18]
 local revocable = ARGV[28] == '1'
 QUIET = handle
 -- The dead's leases and tickets are reaped when this call needs a slot or a place in line (below),
--- or first when budgets are read (a dead lease's reservation comes back).
-if ARGV[26] ~= '' then reap() end
+-- or when its budgets would refuse or limit it (a dead lease's reservation comes back).
 if ARGV[20] == '1' and #replicas_of(group) == 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
   return {-2}
 end
@@ -76,17 +75,32 @@ local apply_rates, read, limit = nil, {}, ''
 local estimated = ARGV[25]
 if not moving then
   if budgets ~= '' then
-    read = read_budgets(budgets)
-    local over = over_budget(read)
-    if over then return {-3, over} end
     -- The request runs on no more than its budgets leave, so concurrent ones cannot overspend.
-    if (ARGV[31] or '') ~= '' then
-      local tightest, granted = completion_room(read, ARGV[31])
-      if not granted then return {-3, tightest} end
-      local prompt, weight = string.match(ARGV[31], '^([^~]+)~([^~]+)~')
-      estimate = tonumber(prompt) + granted * tonumber(weight)
-      estimated, limit = string.format('%.17g', estimate), string.format('%.0f', granted)
+    -- Returns the budget refusing it, or nil and its estimate and completion limit (nil: no ask).
+    local asked = (ARGV[31] or '') ~= '' and ARGV[31] or nil
+    local function judge()
+      read = read_budgets(budgets)
+      local over = over_budget(read)
+      if over then return over end
+      if not asked then return nil, estimate end
+      local tightest, granted = completion_room(read, asked)
+      if not granted then return tightest end
+      local prompt, weight = string.match(asked, '^([^~]+)~([^~]+)~')
+      return nil, tonumber(prompt) + granted * tonumber(weight), granted
     end
+    local refused, judged, granted = judge()
+    -- Near a limit (refused, its completion cut, or no room for one more like it), the dead's
+    -- reservations may be what stands in the way: reap and judge again. Elsewhere they only make
+    -- the budget left look smaller until an upkeep reaps them (any process holding a lease
+    -- reaps at every recheck).
+    local most = asked and tonumber(string.match(asked, '^[^~]+~[^~]+~([^~]+)~'))
+    if refused or (granted and granted < most) or (tonumber(budget_remaining(read, judged)) or math.huge) < judged then
+      reap()
+      refused, judged, granted = judge()
+    end
+    if refused then return {-3, refused} end
+    estimate = judged
+    if granted then estimated, limit = string.format('%.17g', estimate), string.format('%.0f', granted) end
   end
   if ARGV[27] ~= '' then
     local refused, wait_or_apply = check_rates(ARGV[27], estimate)
@@ -98,7 +112,7 @@ else
 end
 local function admit_limits()
   if apply_rates then apply_rates() end
-  if budgets ~= '' then reserve_budgets(budgets, estimate, 1) end
+  if budgets ~= '' then reserve_budgets(budgets, estimate, 1, read) end
   return budget_remaining(read, estimate)
 end
 

@@ -303,20 +303,24 @@ local function rolling_bucket(field)
   return tonumber(string.match(field, '|r(%d+)$'))
 end
 
--- {field, ttl, limit, used + reserved} of each budget in `spec` ("field~ttl~limit,...").
+-- {field, ttl, limit, used + reserved, settled} of each budget in `spec` ("field~ttl~limit,...");
+-- settled: its window has settled some use, so its hash exists and has its expiry.
 local function read_budgets(spec)
   local out = {}
   for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
-    local bucket, taken = rolling_bucket(field), 0
+    local bucket, taken, settled = rolling_bucket(field), 0, false
     if bucket then
       local now_bucket, names = math.floor(NOW / bucket), {'r'}
       for i = 0, 23 do names[#names + 1] = 'u' .. (now_bucket - i) end
-      for _, v in ipairs(redis.call('HMGET', NS .. 'bw:' .. field, unpack(names))) do taken = taken + num(v) end
+      for i, v in ipairs(redis.call('HMGET', NS .. 'bw:' .. field, unpack(names))) do
+        taken = taken + num(v)
+        settled = settled or (i > 1 and v ~= false)
+      end
     else
       local v = redis.call('HMGET', NS .. 'bw:' .. field, 'u', 'r')
-      taken = num(v[1]) + num(v[2])
+      taken, settled = num(v[1]) + num(v[2]), v[1] ~= false
     end
-    out[#out + 1] = {field, tonumber(ttl), tonumber(limit), taken}
+    out[#out + 1] = {field, tonumber(ttl), tonumber(limit), taken, settled}
   end
   return out
 end
@@ -329,15 +333,21 @@ local function over_budget(read)
   return nil
 end
 
+-- `ttl`: nil when the hash is known to have its expiry already.
 local function bump(key, field, amount, ttl)
   local value = tonumber(redis.call('HINCRBYFLOAT', key, field, amount))
-  if value == amount then redis.call('EXPIRE', key, math.max(1, math.ceil(ttl))) end  -- a new window
+  if ttl and value == amount then redis.call('EXPIRE', key, math.max(1, math.ceil(ttl))) end  -- a new window
   if value < 0 then redis.call('HSET', key, field, 0) end  -- never below nothing
 end
 
-local function reserve_budgets(spec, amount, sign)
+-- `read` (read_budgets of the same spec in this call, or nil): a window that has settled use
+-- keeps its expiry, so its reservation sets none.
+local function reserve_budgets(spec, amount, sign, read)
+  local i = 0
   for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do
-    bump(NS .. 'bw:' .. field, 'r', sign * amount, tonumber(ttl))
+    i = i + 1
+    local settled = read and read[i] and read[i][5]
+    bump(NS .. 'bw:' .. field, 'r', sign * amount, (not settled) and tonumber(ttl) or nil)
   end
 end
 
