@@ -337,7 +337,8 @@ class Admission:
     ) -> bool:
         """The engine slots of ``group``, per replica (max_num_seqs; 0 while it is down). A plain
         number stands for one replica named after the group. ``epoch``: the config epoch the
-        caller read its replicas under; False (and nothing changed) when the epoch has moved on."""
+        caller read its replicas under (NO_EPOCH: it read none), or None for any; False (and
+        nothing changed) when the epoch has moved on."""
         slots = {group: replicas} if isinstance(replicas, int) else dict(replicas)
         bad = not group or "|" in group or any(
             n < 0 or not name or "|" in name or "," in name for name, n in slots.items()

@@ -17,6 +17,10 @@ from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
 
 _UNSEEN = object()  # the first look always counts as a change
+# What a process states its replicas under when it read no epoch (Redis lost it or none was ever
+# set): any epoch set since makes that statement stale. (Stating "any epoch" instead, such a
+# process undid the newer statement of one that had reloaded, for as long as it did not look again.)
+NO_EPOCH = "-"
 
 
 def bump_epoch() -> None:
@@ -36,10 +40,12 @@ class EpochWatch:
 
     @property
     def seen(self) -> str | None:
-        """The epoch as last read (None before the first read, or when none was set)."""
+        """The epoch as last read: NO_EPOCH when none was set, None before the first read."""
         seen = self._seen
         if isinstance(seen, bytes):
             return seen.decode()
+        if seen is None:
+            return NO_EPOCH
         return seen if isinstance(seen, str) else None
 
     async def changed(self, client: redis.asyncio.Redis) -> bool:

@@ -184,3 +184,24 @@ async def test_a_process_that_has_not_reloaded_the_replicas_cannot_undo_one_that
         await client.aclose()
     assert (await admission.stats())["groups"][GROUP]["capacity"] == 4
     assert (await admitted(admission, alice)).replica == "new"
+
+
+async def test_a_process_that_read_no_epoch_cannot_undo_one_that_read_the_new_one(admission, redis_url):
+    # Redis lost the epoch (restarted empty, flushed): every process reads none and its statement
+    # stands, until a change sets one; then a process that has not looked again is stale.
+    import redis.asyncio
+
+    from fairness.store import keyspace
+    from fairness.store.config_epoch import NO_EPOCH
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.delete(keyspace.CONFIG_EPOCH)
+        assert await admission.set_capacity(GROUP, {"old": 8, "removed": 8}, epoch=NO_EPOCH)
+        await client.set(keyspace.CONFIG_EPOCH, "after-the-change")
+        assert await admission.set_capacity(GROUP, {"old": 8}, epoch="after-the-change")
+        assert not await admission.set_capacity(GROUP, {"old": 8, "removed": 8}, epoch=NO_EPOCH)
+    finally:
+        await client.delete(keyspace.CONFIG_EPOCH)
+        await client.aclose()
+    assert (await admission.stats())["groups"][GROUP]["capacity"] == 8

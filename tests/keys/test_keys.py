@@ -11,7 +11,7 @@ from fairness.gateway.api_keys import KeyCache, hash_secret
 from fairness.gateway.errors import ApiError
 from fairness.models import ApiKey, Replica
 from fairness.portal.keys import issue_key, mint_secret
-from fairness.store.config_epoch import EpochWatch
+from fairness.store.config_epoch import NO_EPOCH, EpochWatch
 from fairness.store.keyspace import CONFIG_EPOCH
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,11 +128,13 @@ async def test_epoch_watch_sees_a_bump_once_per_interval(redis_url):
     now = [0.0]
     watch = EpochWatch(interval=1.0, clock=lambda: now[0])
     client = redis.asyncio.Redis.from_url(redis_url)
+    assert watch.seen is None  # not looked yet
     assert await watch.changed(client)  # first look always counts as a change
+    assert watch.seen == NO_EPOCH  # (the test's Redis is empty)
     await client.set(CONFIG_EPOCH, "changed")
     assert not await watch.changed(client)  # not due yet
     now[0] = 1.0
-    assert await watch.changed(client)
+    assert await watch.changed(client) and watch.seen == "changed"
     now[0] = 2.0
     assert not await watch.changed(client)
     await client.aclose()

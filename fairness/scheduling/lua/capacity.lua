@@ -2,7 +2,8 @@
 -- replica is down), and grant whatever the new capacity allows.
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
 -- ARGV[5]  group    ARGV[6] "epsilon|floor" of its bounded-load routing
--- ARGV[7]  the config epoch's key    ARGV[8] the epoch the caller read its replicas under ("": any)
+-- ARGV[7]  the config epoch's key    ARGV[8] the epoch the caller read its replicas under; "-": it
+--          read none (Redis had lost it), so any epoch set since makes it stale; "": any
 -- ARGV[9]  hold (s): when Redis had lost the group (restarted empty), grant nothing for this long,
 --          so the gateway processes first count their running requests' leases again (retake)
 -- ARGV[10..] replica name, slots (integer >= 0), ... (names in a stable order)
@@ -12,7 +13,11 @@
 -- A replica that leaves the group keeps counting its leases until they end; it gets no new ones.
 local group = ARGV[5]
 local epoch = redis.call('GET', ARGV[7])
-if ARGV[8] ~= '' and epoch and epoch ~= ARGV[8] then return -1 end
+if ARGV[8] == '-' then
+  if epoch then return -1 end
+elseif ARGV[8] ~= '' and epoch and epoch ~= ARGV[8] then
+  return -1
+end
 reap()
 if tonumber(ARGV[9]) > 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
   redis.call('HSET', NS .. 'hold', group, NOW + tonumber(ARGV[9]))
