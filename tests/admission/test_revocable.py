@@ -144,3 +144,11 @@ async def test_chats_that_came_together_find_as_many_slots_spare_until_a_minute_
     await runner.stats()
     await granted(left_waiting)
     assert borrowed.borrowed
+
+
+async def test_redoable_work_within_its_caps_is_no_chat_and_leaves_no_spare(admission: Admission, clock) -> None:
+    await admission.set_capacity(GROUP, 8)
+    runner_dave = like(runner_carol, key_id="dave", tier="bulk")  # another tier's pool
+    grants = await fill(admission, runner_carol, 4, clock)  # carol's own slot, then three borrowed
+    grants += await fill(admission, runner_dave, 4, clock)  # dave's own slot while carol borrows, ...
+    assert sum(not g.borrowed for g in grants) == 2  # ... and all eight granted: no spare kept

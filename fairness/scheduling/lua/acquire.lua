@@ -14,7 +14,7 @@
 -- ARGV[26] budgets "field~ttl~limit,..." (lib.lua): refused when one is used up, else the
 --          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
 -- ARGV[28] 1 = revocable: a borrowed grant may take the reserve but a spare slot, and is asked
---          back when needed (lib.lua)
+--          back when needed (lib.lua); granted within its caps, it is no chat that wants a spare
 -- ARGV[29] max queued in the pool (tier) across its keys (-1 = no limit)
 -- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
 -- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib.lua completion_room), or
@@ -137,7 +137,7 @@ local function at_once()
   local replica = choose_replica(group, pref, avoid)
   take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
     ARGV[16])
-  ask_revocable(group, borrowed == 0)  -- the spare may be gone now
+  ask_revocable(group, borrowed == 0 and not revocable)  -- the spare may be gone now
   return {1, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
 end
 local now = at_once()
@@ -198,7 +198,8 @@ if total_max >= 0 then
 end
 
 -- A request within its caps waits for a slot: chats are coming, so revocable borrowers keep a spare.
-if revocable_running and key_open(key) and pool_open(pool) then chat_came(group, 1) end
+-- (Not for work that can be redone itself: a batch key's own requests within its caps.)
+if revocable_running and not revocable and key_open(key) and pool_open(pool) then chat_came(group, 1) end
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
   avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)

@@ -49,7 +49,7 @@
 --   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
 --   rvp                          hash group -> leases asked and not yet given back
 --   act                          hash group -> when it last admitted or queued a request within
---                                its caps while revocable leases ran; group|peak, group|peak_at:
+--                                its caps (and not itself redoable) while revocable leases ran; group|peak, group|peak_at:
 --                                the most such requests running or waiting together lately, and
 --                                when that was last seen (spare)
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
