@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import start_gateway
 from tests.engine.vllm_server import REPO_ROOT, SERVED_MODEL_NAME, VLLMServer, engine_python, start_all, stop_all
+from tests.gateway_process import GatewayProcess
 
 MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"))
 LOG_DIR = REPO_ROOT / "var" / "test-logs"
@@ -73,6 +76,26 @@ def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
     yield servers
     stop_all(servers)
     TIMINGS["ended"] = time.monotonic()
+
+
+@pytest.fixture
+def gateway_over(live_db_url: str, redis_url: str, transactional_db) -> Iterator[Callable[..., GatewayProcess]]:
+    """Start a gateway once the test's replicas exist: ``gateway_over(name=..., model=...,
+    base_url=..., max_num_seqs=...)``. The session's gateway reads the config epoch at most once a
+    second, so for that long it may still serve from an earlier test's replicas, and a test that
+    counts slots on one engine cannot have a second engine's slots counted too."""
+    started: list[GatewayProcess] = []
+
+    def start(**replica: Any) -> GatewayProcess:
+        from fairness.models import Replica
+
+        Replica.objects.create(**replica)
+        started.append(start_gateway(live_db_url, name=f"gateway-{replica['name']}"))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
 
 
 @pytest.fixture
