@@ -43,15 +43,16 @@
 -- is not streamed; a ticket or lease field rv = 1; the lease keeps its process's channel chan):
 -- such a borrower may take the reserve too, all but a spare while chats come (room for as many as
 -- lately came together), every slot when none has for a while (spare), and gives a slot back
--- when asked, since it runs again later. A chat takes the spare at once; whenever fewer slots are free than the spare plus the
--- eligible tickets waiting, the newest revocable lease of the group (the least work lost) is
--- asked back ("revoke|h" on its channel), so the next chat finds a spare again.
+-- when asked, since it runs again later. A chat takes the spare at once; whenever fewer slots
+-- are free than the spare plus the eligible tickets waiting, the newest revocable lease of the
+-- group (the least work lost) is asked back ("revoke|h" on its channel), so the next chat finds
+-- a spare again.
 --   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
 --   rvp                          hash group -> leases asked and not yet given back
 --   act                          hash group -> when it last admitted or queued a request within
---                                its caps (and not itself redoable) while revocable leases ran; group|peak, group|peak_at:
---                                the most such requests running or waiting together lately, and
---                                when that was last seen (spare)
+--                                its caps (and not itself redoable) while revocable leases ran;
+--                                group|peak, group|peak_at: the most requests not revocable
+--                                running or waiting together lately, and when (spare)
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
@@ -658,7 +659,8 @@ end
 -- once unless more come together than have lately.
 local SPARE_HOLD = 60
 
--- Leases of `group` that are not revocable: chats, and the rare borrower that cannot be redone.
+-- Leases of `group` that are not revocable: chats, work within its own caps, and borrowers that
+-- cannot be redone (streams).
 local function chats_running(group)
   return num(redis.call('HGET', NS .. 'gin', group)) - redis.call('ZCARD', NS .. 'rv:' .. group)
     - num(redis.call('HGET', NS .. 'rvp', group))
