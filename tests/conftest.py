@@ -15,11 +15,12 @@ from django.conf import settings
 from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from tests import network_guard
+from tests import flush_retry, network_guard
 from tests.gateway_process import GatewayProcess, database_url
 
 # Before any test or fixture runs: nothing in this process reaches past loopback.
 network_guard.install()
+flush_retry.install()
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from fairness.models import BatchFile, BatchFileState
 from tests.conftest import LOG_DIR, MODEL, free_port, gateway_env, start_gateway
 from tests.gateway_process import GatewayProcess
 from tests.polling import wait_for
@@ -105,6 +106,10 @@ def test_an_upload_below_the_pace_gets_an_openai_shaped_408(paced, cast):
         assert json.loads(body)["error"]["type"] == "invalid_request_error"
         assert waited < BODY_GRACE + 3
         assert closed_by_server(sock, within=3)
+    # The refused upload gives its reserved room back at once. (Waiting for it also keeps the
+    # gateway's DELETE from racing the teardown's TRUNCATE, which PostgreSQL may end as a deadlock.)
+    wait_for(lambda: not BatchFile.objects.filter(state=BatchFileState.UPLOADING).exists(), timeout=10,
+             what="the refused upload's reservation released")
 
 
 def test_a_slow_but_steady_body_is_read_whole_and_served(paced, cast, replica):
