@@ -1,8 +1,8 @@
 """Revocable borrowing (work that can be redone: a batch runner's lines, an answer not streamed):
 such a borrower may take the reserve too, every slot while nobody chats and all but a spare while
-chats come (room for as many as lately came together, at least one); a chat takes the spare at
-once, and the newest revocable lease is asked back, once, on its own process's channel, so that
-the next chat finds a spare again."""
+chats come (one slot, one more for each chat that still had to wait, easing back by one every
+30 s none did); a chat takes the spare at once, and the newest revocable lease is asked back,
+once, on its own process's channel, so that the next chat finds a spare again."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from fairness.scheduling.admission import Admission, Grant
 
-from .conftest import GROUP, alice, bob, carol, enqueue, eventually, granted, like, start
+from .conftest import GROUP, alice, bob, carol, enqueue, eventually, granted, like, start, until_queued
 
 runner_carol = like(carol, revocable=True)
 
@@ -57,6 +57,7 @@ async def test_a_plain_borrower_leaves_the_whole_reserve(admission: Admission) -
     await admission.set_capacity(GROUP, 8)
     tasks = [start(admission, like(carol, key_id="dave")) for _ in range(8)]
     await eventually(lambda: sum(t.done() for t in tasks) == 6, what="six granted")  # 8 - the reserve of 2
+    await until_queued(admission, "dave", 2)
     counts = (await admission.stats())["keys"]["dave"]  # (which pumps again) and no more are
     assert (counts["in_flight"], counts["queued"]) == (6, 2)
     for task in tasks:
@@ -114,36 +115,47 @@ async def test_plain_borrowers_are_never_asked_and_a_chat_waits_for_an_end(
     await granted(waiting)
 
 
-async def test_chats_that_came_together_find_as_many_slots_spare_until_a_minute_passes(
+async def test_a_chat_that_had_to_wait_makes_borrowers_keep_one_more_slot_spare_until_none_waits_for_30_s(
     make_admission: Callable[..., Awaitable[Admission]], clock,
 ) -> None:
     gateway, runner = await make_admission(), await make_admission()
     heard = asks(runner)
     await gateway.set_capacity(GROUP, 4)
-    lines = {g.lease_id: g for g in await fill(runner, runner_carol, 3, clock)}  # 1 within carol's cap
-    alice_chat = await granted(start(gateway, alice))
-    await eventually(lambda: len(heard) == 1, what="a lease asked back for the spare")
-    await runner.release(lines.pop(heard[0]))
-    bob_chat = await granted(start(gateway, bob))  # two chats together (and carol's own)
-    await eventually(lambda: len(heard) == 2, what="the next lease asked back")
-    await runner.release(lines.pop(heard[1]))
-    await gateway.release(alice_chat)
-    await gateway.release(bob_chat)
-
-    # Three slots free: a borrower takes one and leaves two, room for the two chats seen together.
-    borrowed = await granted(start(runner, runner_carol))
-    left_waiting = await enqueue(runner, runner_carol)
-    await runner.stats()
-    assert not left_waiting.done()
-    together = [await granted(start(gateway, alice)), await granted(start(gateway, bob))]
-    assert [g.queued_seconds for g in together] == [0.0, 0.0]
-    for chat in together:
+    lines = {g.lease_id: g for g in await fill(runner, runner_carol, 4, clock)}  # 1 within carol's cap
+    first = await enqueue(gateway, alice)  # after a quiet spell the first chat waits, by design
+    await eventually(lambda: len(heard) == 2, what="a lease asked back for alice and one for the spare")
+    for lease_id in heard:
+        await runner.release(lines.pop(lease_id))
+    chats = [await granted(first), await granted(start(gateway, bob))]  # bob has the spare at once
+    await eventually(lambda: len(heard) == 3, what="the last borrowed lease asked back")
+    erin = like(alice, key_id="erin")
+    waiting = await enqueue(gateway, erin)  # while chats come, erin must wait: the spare becomes 2
+    await runner.release(lines.pop(heard[2]))
+    chats.append(await granted(waiting))
+    for chat in chats:
         await gateway.release(chat)
 
+    # Three slots free: a borrower takes one and leaves two, and two chats together start at once.
+    borrowed = await granted(start(runner, runner_carol))
+    assert borrowed.borrowed
+    borrower = await enqueue(runner, runner_carol)
+    await runner.stats()
+    assert not borrower.done()
+    together = [await granted(start(gateway, erin)), await granted(start(gateway, bob))]
+    assert [g.queued_seconds for g in together] == [0.0, 0.0]
+    for grant in together:
+        await gateway.release(grant)
+
+    clock.advance(29.0)  # no chat has waited since: the spare is still 2 ...
+    await runner.stats()
+    assert not borrower.done()
+    clock.advance(2.0)  # ... until 30 s have passed: then 1, and the borrower has the other slot
+    await runner.stats()
+    assert (await granted(borrower)).borrowed
+    last = await enqueue(runner, runner_carol)
     clock.advance(61.0)  # nobody chats for a minute: every slot may be borrowed again
     await runner.stats()
-    await granted(left_waiting)
-    assert borrowed.borrowed
+    await granted(last)
 
 
 async def test_redoable_work_within_its_caps_is_no_chat_and_leaves_no_spare(admission: Admission, clock) -> None:

@@ -182,7 +182,9 @@ end
 -- caps while redoable work borrows the group's slots is not bound by them: a slot is given back
 -- for it at once (below), so it waits no longer than that.
 local tier_max, total_max = tonumber(ARGV[29]), tonumber(ARGV[30])
+-- (Leases asked back and not yet returned count: they give a slot back too.)
 local revocable_running = redis.call('ZCARD', NS .. 'rv:' .. group) > 0
+  or num(redis.call('HGET', NS .. 'rvp', group)) > 0
 if revocable_running and key_open(key) and pool_open(pool) then tier_max, total_max = -1, -1 end
 if tier_max >= 0 and num(redis.call('HGET', NS .. 'pq', pool)) >= tier_max then
   return full(soonest_in_pools({pool}), 'tier')
@@ -197,9 +199,9 @@ if total_max >= 0 then
   if waiting >= total_max then return full(soonest_in_pools(pools), 'total') end
 end
 
--- A request within its caps waits for a slot: chats are coming, so revocable borrowers keep a spare.
+-- A request within its caps waits for a slot while redoable work borrows: the spare was too small.
 -- (Not for work that can be redone itself: a batch key's own requests within its caps.)
-if revocable_running and not revocable and key_open(key) and pool_open(pool) then chat_came(group, 1) end
+if revocable_running and not revocable and key_open(key) and pool_open(pool) then chat_waits(group) end
 local left = admit_limits()
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
   avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)

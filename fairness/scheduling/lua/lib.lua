@@ -41,18 +41,18 @@
 --   pe:p                         zset h -> enqueued_at, for the longest wait
 -- Revocable borrowing (work that can be redone: a batch runner's lines, a request whose answer
 -- is not streamed; a ticket or lease field rv = 1; the lease keeps its process's channel chan):
--- such a borrower may take the reserve too, all but a spare while chats come (room for as many as
--- lately came together), every slot when none has for a while (spare), and gives a slot back
--- when asked, since it runs again later. A chat takes the spare at once; whenever fewer slots
--- are free than the spare plus the eligible tickets waiting, the newest revocable lease of the
--- group (the least work lost) is asked back ("revoke|h" on its channel), so the next chat finds
--- a spare again.
+-- such a borrower may take the reserve too, all but a spare while chats come (one slot, and one
+-- more for each chat that still had to wait lately), every slot when none has for a while
+-- (spare), and gives a slot back when asked, since it runs again later. A chat takes the spare
+-- at once; whenever fewer slots are free than the spare plus the eligible tickets waiting, the
+-- newest revocable lease of the group (the least work lost) is asked back ("revoke|h" on its
+-- channel), so the next chat finds a spare again.
 --   rv:g                         zset h -> granted at: revocable borrowed leases not yet asked
 --   rvp                          hash group -> leases asked and not yet given back
 --   act                          hash group -> when it last admitted or queued a request within
 --                                its caps (and not itself redoable) while revocable leases ran;
---                                group|peak, group|peak_at: the most requests not revocable
---                                running or waiting together lately, and when (spare)
+--                                group|spare, group|spare_at: the spare, and when a chat that
+--                                had to wait last raised it (spare)
 -- Fair share (fair_share.py is the same arithmetic; a ticket also carries its association a and
 -- its tier's fair-share weight fw):
 --   fu                           hash association -> "usage|valued_at"; field * holds everyone's,
@@ -654,36 +654,45 @@ end
 -- The slots a revocable borrower leaves free. None when no chat has come for SPARE_HOLD seconds
 -- (or the deployment keeps no reserve), so that redoable work fills the card and the first chat
 -- waits only for one slot to be given back. While chats come (the group admitted or queued a
--- request within its caps in that time, hash act), room for as many chats as were seen together
--- in that time, less those running, at most the reserve and at least one: a chat then starts at
--- once unless more come together than have lately.
+-- request within its caps in that time, hash act), one, and one more each time a chat still had
+-- to wait for a slot (more came at once than the spare, before a slot asked back returned), at
+-- most the reserve; it shrinks back by one every SPARE_EASE seconds no chat waited. So the spare
+-- follows how many chats really come at once, and idles no more slots than that.
 local SPARE_HOLD = 60
+local SPARE_EASE = 30
 
--- Leases of `group` that are not revocable: chats, work within its own caps, and borrowers that
--- cannot be redone (streams).
-local function chats_running(group)
-  return num(redis.call('HGET', NS .. 'gin', group)) - redis.call('ZCARD', NS .. 'rv:' .. group)
-    - num(redis.call('HGET', NS .. 'rvp', group))
+-- The spare while chats come: `level` (1 when never raised) less one per SPARE_EASE seconds since
+-- it was raised at `raised_at`.
+local function eased(level, raised_at)
+  local steps = math.floor(math.max(0, NOW - num(raised_at)) / SPARE_EASE)
+  return math.max(1, math.min(RESERVE, num(level) - steps))
 end
 
 local function spare(group)
   if RESERVE <= 0 then return 0 end
-  local act = redis.call('HMGET', NS .. 'act', group, group .. '|peak')
+  local act = redis.call('HMGET', NS .. 'act', group, group .. '|spare', group .. '|spare_at')
   local last = tonumber(act[1])
   if not (last and NOW - last < SPARE_HOLD) then return 0 end
-  local peak = num(act[2])
-  if peak <= 1 then return 1 end
-  return math.max(1, math.min(RESERVE, peak - chats_running(group)))
+  return eased(act[2], act[3])
 end
 
--- `waiting`: 1 when the chat is about to queue (it is not yet among the eligible waiting).
-local function chat_came(group, waiting)
-  local together = chats_running(group) + redis.call('ZCARD', NS .. 'l3:' .. group) + (waiting or 0)
-  local seen = redis.call('HMGET', NS .. 'act', group .. '|peak', group .. '|peak_at')
-  if together >= num(seen[1]) or NOW - num(seen[2]) >= SPARE_HOLD then
-    redis.call('HSET', NS .. 'act', group .. '|peak', together, group .. '|peak_at', string.format('%.3f', NOW))
-  end
+-- A request within its caps came while revocable leases ran: chats are coming.
+local function chat_came(group)
   redis.call('HSET', NS .. 'act', group, string.format('%.3f', NOW))
+end
+
+-- ... and it must wait for a slot. While chats come that means the spare was too small: one more
+-- from now on. (The first chat after a quiet spell waits for a slot to be given back by design.)
+local function chat_waits(group)
+  local act = redis.call('HMGET', NS .. 'act', group, group .. '|spare', group .. '|spare_at')
+  local at = string.format('%.3f', NOW)
+  local last = tonumber(act[1])
+  if RESERVE <= 0 or not (last and NOW - last < SPARE_HOLD) then
+    redis.call('HSET', NS .. 'act', group, at, group .. '|spare', 1, group .. '|spare_at', at)
+    return
+  end
+  redis.call('HSET', NS .. 'act', group, at, group .. '|spare', math.min(RESERVE, eased(act[2], act[3]) + 1),
+    group .. '|spare_at', at)
 end
 
 -- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
