@@ -685,14 +685,13 @@ end
 -- from now on. (The first chat after a quiet spell waits for a slot to be given back by design.)
 local function chat_waits(group)
   local act = redis.call('HMGET', NS .. 'act', group, group .. '|spare', group .. '|spare_at')
-  local at = string.format('%.3f', NOW)
   local last = tonumber(act[1])
-  if RESERVE <= 0 or not (last and NOW - last < SPARE_HOLD) then
-    redis.call('HSET', NS .. 'act', group, at, group .. '|spare', 1, group .. '|spare_at', at)
-    return
+  local level = 1
+  if RESERVE > 0 and last and NOW - last < SPARE_HOLD then
+    level = math.min(RESERVE, eased(act[2], act[3]) + 1)
   end
-  redis.call('HSET', NS .. 'act', group, at, group .. '|spare', math.min(RESERVE, eased(act[2], act[3]) + 1),
-    group .. '|spare_at', at)
+  local at = string.format('%.3f', NOW)
+  redis.call('HSET', NS .. 'act', group, at, group .. '|spare', level, group .. '|spare_at', at)
 end
 
 -- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
