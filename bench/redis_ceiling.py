@@ -8,11 +8,12 @@ Arms, interleaved every round (each pinned where the machine has two cores):
   own core   Redis alone on one core, this process's 64 concurrent requests on the other: Redis as
              deployed, shared by every gateway process and host, which is what makes its work per
              request the ceiling of scaling out.
-  busy core  the same, with a process churning 16 MiB of memory on Redis' core. This is
-             bench.overhead's layout, where Redis shares the gateway's core: INFO commandstats
-             times a call from its start to its end, so it also counts what the kernel gave the
-             other process in between, and the caches Redis finds cold; Redis' own CPU (INFO cpu,
-             getrusage of its main thread) counts only the latter.
+  busy core  the same, with a process on Redis' core that churns 16 MiB in bursts between short
+             naps, waking as a gateway does. This is bench.overhead's layout, where Redis shares
+             the gateway's core: INFO commandstats times a call from its start to its end, so it
+             also counts what the kernel gave the other process in between, and the caches Redis
+             finds cold; Redis' own CPU (INFO cpu, getrusage of its main thread) counts only the
+             latter.
 
 Per request: time inside admission's functions (INFO commandstats), commands run, and Redis' own
 CPU; from that CPU, the requests a second one Redis core could admit. The figures are medians of
@@ -118,7 +119,7 @@ def main_thread_cpu(client: redis.Redis) -> float:
     return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
 
 
-def measure(url: str, redis_pid: int, busy: bool, requests: int, pinned: bool) -> dict[str, Any]:
+def measure(url: str, busy: bool, requests: int, pinned: bool) -> dict[str, Any]:
     neighbour = None
     if busy:
         neighbour = subprocess.Popen([sys.executable, "-m", "bench.redis_ceiling", "--churn", str(REDIS_CORE)])
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for r in range(args.rounds):
         for busy in ((False, True) if r % 2 == 0 else (True, False)):
-            run = measure(url, redis_pid, busy, requests, pinned)
+            run = measure(url, busy, requests, pinned)
             runs.append(run)
             print(f"  round {r + 1} {run['arm']:<9} {run['rps']:7.0f} req/s  functions {run['function_us']:6.1f} µs"
                   f"  Redis CPU {run['cpu_us']:6.1f} µs  {run['commands']:.1f} commands per request", flush=True)
