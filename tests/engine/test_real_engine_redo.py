@@ -24,7 +24,7 @@ ANSWER = 960  # tokens: a second or two each on the tiny model beside three othe
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse."}]
 
 
-def test_whole_answers_fill_a_real_engine_and_one_is_redone_for_a_chat(
+def test_whole_answers_fill_a_real_engine_and_two_are_redone_for_a_chat(
     gateway_over, cast: dict[str, Member], vllm_pair: tuple[VLLMServer, VLLMServer]
 ):
     server = vllm_pair[1]  # the priority policy: it would not make room for the chat by itself
