@@ -4,6 +4,7 @@ Minting lives with the portal (portal/keys.py)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -18,6 +19,7 @@ from fairness.gateway.associations import association_of, charged_membership
 from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
 from fairness.gateway.model_access import EVERY_MODEL, ModelAccess, model_access_of
+from fairness.gateway.read_through import ReadThrough
 from fairness.models import ApiKey, Membership, Tier
 from fairness.scheduling.limits import RateLimit
 from fairness.scheduling.units import unit_of
@@ -187,39 +189,25 @@ def _front_end_of(key: ApiKey) -> FrontEnd:
 
 
 class KeyCache:
-    """Secret hash → KeyInfo (or None for unknown keys), kept until the config epoch changes.
-
-    A lookup that was under way when the cache was cleared may have read the row before the
-    change that cleared it (a revocation committing meanwhile): its answer serves the request
-    that asked, but is not kept, or the revoked key would live on for a whole TTL."""
-
-    MAX_ENTRIES = 50_000  # unknown keys are cached too, so bound what a key-guessing client can fill
+    """Secret hash → KeyInfo (or None for unknown keys), read through (read_through.py): kept
+    until the config epoch changes, and read again in the background after `ttl`."""
 
     def __init__(
         self, ttl: float, clock: Callable[[], float] = time.monotonic, loader: Loader = _load
     ) -> None:
-        self.ttl = ttl
-        self.clock = clock
         self.loader = loader
-        self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
-        self._generation = 0  # counts clear()s: a lookup that saw one is stale
+        self._cache: ReadThrough[str, KeyInfo | None] = ReadThrough("key", ttl, clock)
+
+    @property
+    def lookups_under_way(self) -> int:
+        return self._cache.lookups_under_way
 
     def clear(self) -> None:
-        self._entries.clear()
-        self._generation += 1
+        self._cache.clear()
 
     async def authenticate(self, authorization: str | None) -> KeyInfo:
         secret_hash = hash_secret(parse_bearer(authorization))
-        now = self.clock()
-        cached = self._entries.get(secret_hash)
-        if cached is None or now - cached[0] > self.ttl:
-            generation = self._generation
-            cached = (now, await self.loader(secret_hash))
-            if generation == self._generation:  # not cleared while it loaded: still current
-                if len(self._entries) >= self.MAX_ENTRIES:
-                    self._entries.clear()
-                self._entries[secret_hash] = cached
-        info = cached[1]
+        info = await self._cache.get(secret_hash, functools.partial(self.loader, secret_hash))
         if info is None:
             raise ApiError(401, "Invalid API key.", "invalid_api_key")
         check_usable(info)

@@ -32,6 +32,7 @@ from fairness.gateway import budget_rules
 from fairness.gateway.api_keys import FrontEnd, KeyInfo
 from fairness.gateway.associations import association_id, tree_nodes
 from fairness.gateway.errors import ApiError
+from fairness.gateway.read_through import ReadThrough
 from fairness.models import ApiKey, AuditEntry, Membership
 from fairness.scheduling.fair_share import normalised_shares
 from fairness.scheduling.units import unit_of
@@ -143,18 +144,17 @@ class _SignedToken:
 
 @dataclasses.dataclass
 class _Spoken:
-    """A person as a key speaks for them, found at ``at``; ``key`` as it speaks for them, built
-    from ``base`` (the key as loaded) on first use."""
+    """A person as a key speaks for them; ``key`` as it speaks for them, built from ``base`` (the
+    key as loaded) on first use."""
 
-    at: float
     person: Person
     base: KeyInfo | None = None
     key: KeyInfo | None = None
 
 
 class FrontEndPeople:
-    """(front-end key, e-mail) -> the key as it speaks for that person, kept like the key cache
-    (cleared with it when the config epoch changes).
+    """(front-end key, e-mail) -> the key as it speaks for that person, read through like the key
+    cache (read_through.py), and cleared with it when the config epoch changes.
 
     Signed tokens are remembered too, by (key, token): Open WebUI mints one per request with iat
     in whole seconds, so a person's requests within the same second carry the same token, and its
@@ -166,17 +166,14 @@ class FrontEndPeople:
     def __init__(
         self, ttl: float, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
     ) -> None:
-        self.ttl = ttl
-        self.clock = clock
         self.wall = wall  # token expiry is wall-clock time
-        self._entries: dict[tuple[int, str], _Spoken] = {}
+        self._people: ReadThrough[tuple[int, str], _Spoken] = ReadThrough(
+            "person a front end speaks for", ttl, clock, self.MAX_ENTRIES)
         self._tokens: dict[tuple[int, str], _SignedToken] = {}
-        self._generation = 0
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._people.clear()
         self._tokens.clear()
-        self._generation += 1
 
     def named_email(self, key_id: int, front_end: FrontEnd, headers: Mapping[str, str]) -> tuple[str, str]:
         """named_email, a token this key's requests sent before not checked twice."""
@@ -204,15 +201,11 @@ class FrontEndPeople:
         if front_end is None:
             return key
         email, name = self.named_email(key.id, front_end, headers)
-        now = self.clock()
-        cached = self._entries.get((key.id, email))
-        if cached is None or now - cached.at > self.ttl:
-            generation = self._generation
-            cached = _Spoken(now, await _find_or_add(key.id, front_end, email, name))
-            if generation == self._generation:
-                if len(self._entries) >= self.MAX_ENTRIES:
-                    self._entries.clear()
-                self._entries[(key.id, email)] = cached
+
+        async def find() -> _Spoken:
+            return _Spoken(await _find_or_add(key.id, front_end, email, name))
+
+        cached = await self._people.get((key.id, email), find)
         person = cached.person
         if person.refusal is not None:
             raise person.refusal
