@@ -148,7 +148,7 @@ class GatewayRuntime:
     async def refresh(self) -> ReplicaDirectory:
         """The current directory; reloads it (once, others waiting) when the config changed."""
         async with self._reload_lock:
-            if await self.epoch.changed(self.redis) or self.directory is None or self._reload_due:
+            if await self.epoch.changed(self.lane) or self.directory is None or self._reload_due:
                 self._reload_due = False
                 self.keys.clear()
                 self.people.clear()

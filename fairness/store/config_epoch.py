@@ -15,6 +15,7 @@ import redis.asyncio
 
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
+from fairness.store.redis_lane import RedisLane
 
 _UNSEEN = object()  # the first look always counts as a change
 # What a process states its replicas under when it read no epoch (Redis lost it or none was ever
@@ -48,7 +49,10 @@ class EpochWatch:
             return NO_EPOCH
         return seen if isinstance(seen, str) else None
 
-    async def changed(self, client: redis.asyncio.Redis) -> bool:
+    async def changed(self, client: redis.asyncio.Redis | RedisLane) -> bool:
+        """Whether the epoch changed since the last look, if a look is due. (A gateway reads it
+        through its lane: one write and one wake-up, where redis-py's client took several turns
+        of a busy event loop.)"""
         now = self.clock()
         if now - self._checked_at < self.interval:
             return False

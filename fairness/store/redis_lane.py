@@ -138,6 +138,13 @@ class RedisLane:
         # The connection died before this batch reached a live server: once more, on a new one.
         return await self._send(await self._connect(), payload, len(commands)).future
 
+    async def get(self, key: str) -> Any:
+        """GET in one round trip: the value (bytes) or None; an error reply is raised."""
+        (reply,) = await self.execute(("GET", key))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
     def _send(self, protocol: _Protocol, payload: bytes, wanted: int) -> _Batch:
         loop = asyncio.get_running_loop()
         batch = _Batch(loop.create_future(), wanted, time.monotonic())

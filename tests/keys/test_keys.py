@@ -122,21 +122,27 @@ async def test_a_cached_key_needs_no_database_until_cleared(tiers, keycache, dja
             await keycache.authenticate(f"Bearer {secret}")
 
 
-async def test_epoch_watch_sees_a_bump_once_per_interval(redis_url):
+@pytest.mark.parametrize("through", ["redis-py", "the lane"])
+async def test_epoch_watch_sees_a_bump_once_per_interval(redis_url, through):
     import redis.asyncio
+
+    from fairness.store.redis_lane import RedisLane
 
     now = [0.0]
     watch = EpochWatch(interval=1.0, clock=lambda: now[0])
     client = redis.asyncio.Redis.from_url(redis_url)
+    reader = client if through == "redis-py" else RedisLane.like(client)  # a gateway reads it on its lane
     assert watch.seen is None  # not looked yet
-    assert await watch.changed(client)  # first look always counts as a change
+    assert await watch.changed(reader)  # first look always counts as a change
     assert watch.seen == NO_EPOCH  # (the test's Redis is empty)
     await client.set(CONFIG_EPOCH, "changed")
-    assert not await watch.changed(client)  # not due yet
+    assert not await watch.changed(reader)  # not due yet
     now[0] = 1.0
-    assert await watch.changed(client) and watch.seen == "changed"
+    assert await watch.changed(reader) and watch.seen == "changed"
     now[0] = 2.0
-    assert not await watch.changed(client)
+    assert not await watch.changed(reader)
+    if isinstance(reader, RedisLane):
+        await reader.aclose()
     await client.aclose()
 
 

@@ -53,3 +53,13 @@ async def test_a_redis_that_is_down_fails_fast_without_a_second_try(store: Priva
         await lane.execute(("PING",))  # no connection at all: refused, not retried
     store.start()
     assert await lane.execute(("PING",)) == [b"PONG"]
+
+
+async def test_get_answers_the_value_or_none_and_raises_an_error_reply(lane: RedisLane) -> None:
+    from redis.exceptions import ResponseError
+
+    assert await lane.get("absent") is None
+    await lane.execute(("SET", "present", "v"), ("LPUSH", "a-list", "x"))
+    assert await lane.get("present") == b"v"
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await lane.get("a-list")
