@@ -57,16 +57,18 @@ def test_whole_answers_fill_a_real_engine_and_two_are_redone_for_a_chat(
             assert (await ask(alice, 1)).status_code == 200
             batch, _ = await answers_under_way()
             took = min(a.elapsed.total_seconds() for a in await asyncio.gather(*batch))
-            # The chat must come while the answers have most of their way to go. On two cores busy
+            # The chat should come while the answers have most of their way to go. On two cores busy
             # with two engines the test can be slow to see them under way; it then lets them end
             # and tries again, sending no chat (a chat makes the next answers leave a slot spare).
+            # If it never sees them in time, the chat goes anyway: too late, no answer gives its
+            # slot back, and the round is tried again below.
             for _ in range(5):
                 batch, seen_after = await answers_under_way()
                 if seen_after < took / 2 and not any(t.done() for t in batch):
                     break
                 await asyncio.gather(*batch)
             else:
-                raise AssertionError(f"the four answers were never seen under way in time ({took:.2f} s each)")
+                batch, _ = await answers_under_way()
             started = time.monotonic()
             chat = await ask(alice, 4, SLOTS)
             return chat, time.monotonic() - started, await asyncio.gather(*batch)
