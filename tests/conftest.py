@@ -125,8 +125,15 @@ def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
 
 def start_gateway(db_url: str, name: str = "gateway", **extra: str) -> GatewayProcess:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    return GatewayProcess(port, gateway_env(db_url, **extra), LOG_DIR / f"{name}-{port}.log")
+    for attempt in range(3):
+        port = free_port()
+        try:
+            return GatewayProcess(port, gateway_env(db_url, **extra), LOG_DIR / f"{name}-{port}.log")
+        except AssertionError as exc:
+            # The free port can be taken by another test's process before the gateway binds it.
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture
