@@ -79,16 +79,16 @@ def test_whole_answers_fill_a_real_engine_and_two_are_redone_for_a_chat(
         assert [a.status_code for a in answers] == [200] * SLOTS
         assert all(a.json()["usage"]["completion_tokens"] == ANSWER for a in answers)  # whole, though redone
         waits = sorted(int(a.headers["x-gpuportal-queued-ms"]) for a in answers)
-        if waits[-1] > 0:
+        # Two gave their slots back (the chat's and the spare): one had its slot again once the
+        # chat ended, the other waited for one of the first two answers to end (one stays spare).
+        if waits[-1] >= 300 and waits[-2] > 0:
             break
-        # No answer gave its slot back: the chat came once they had ended (on this box every
-        # process can stall for a second or two while vLLM's workers spin, and the answers take
-        # about that long). Forget that a chat came, so the next answers fill every slot again.
+        # Fewer than two gave their slot back, or the second did not wait for an answer to end:
+        # the chat came as the answers were ending (on this box every process can stall for a
+        # second or two while vLLM's workers spin, and the answers take about that long). Forget
+        # that a chat came, so the next answers fill every slot again.
         with redis.Redis.from_url(TEST_REDIS_URL) as client:
             client.delete(keyspace.ADMISSION_NAMESPACE + "act")
     else:
-        raise AssertionError("no answer ever gave its slot back for the chat")
+        raise AssertionError(f"in no round did two answers give their slots back for the chat (last: {waits})")
     assert int(chat.headers["x-gpuportal-queued-ms"]) < 1000, chat_seconds  # not a whole answer's wait
-    # Two gave their slots back (the chat's and the spare): one had its slot again once the chat
-    # ended, the other waited for one of the first two answers to end, since one slot stays spare.
-    assert waits[-1] >= 300 and waits[-2] > 0, (waits, chat_seconds, chat.headers["x-gpuportal-queued-ms"])
