@@ -8,11 +8,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.files.storage import storages
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models, transaction
-from django.db.models.signals import post_delete
-from django.dispatch import receiver
+from django.db import models
 from django.utils import timezone
 
 model_name_validator = RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")
@@ -129,17 +126,6 @@ class Tier(models.Model):
                 {"pool_concurrency": "The pool must allow at least one key's full concurrency."}
             )
         self.allowed_models = check_allowed_models(self.allowed_models)
-
-    def policy_sentence(self) -> str:
-        """The tier's policy in plain words, for the pages."""
-        parts = [f"{self.per_key_concurrency} at a time per key"]
-        if self.pool_concurrency:
-            parts.append(f"{self.pool_concurrency} in total across all {self.name} keys")
-        if self.head_start_seconds:
-            parts.append(f"goes ahead of requests that have waited up to {self.head_start_seconds:g} s")
-        if self.isolate_prefix_cache:
-            parts.append("each user's cached prompts kept apart from other users'")
-        return "; ".join(parts)
 
 
 class Credential:
@@ -718,13 +704,6 @@ class BatchFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.public_id} ({self.filename})"
-
-
-@receiver(post_delete, sender=BatchFile)
-def _delete_stored_content(sender: type[BatchFile], instance: BatchFile, **kwargs: Any) -> None:
-    """However a row goes (the API, its owner deleted), its content goes too, once that commits."""
-    name = instance.stored_name
-    transaction.on_commit(lambda: storages[BATCH_FILES_STORAGE].delete(name))
 
 
 class BatchStatus(models.TextChoices):

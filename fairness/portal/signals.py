@@ -1,12 +1,16 @@
-"""Any change to keys, tiers, replicas, accounts, budgets or a user's activation bumps the config
-epoch (see store/config_epoch.py)."""
+"""The model signals, all here: any change to keys, tiers, replicas, accounts, budgets or a user's
+activation bumps the config epoch (see store/config_epoch.py); a batch file's row takes its stored
+content with it."""
+
+from typing import Any
 
 from django.conf import settings
+from django.core.files.storage import storages
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
-from fairness.models import Account, ApiKey, Budget, Membership, Replica, Tier
+from fairness.models import BATCH_FILES_STORAGE, Account, ApiKey, BatchFile, Budget, Membership, Replica, Tier
 from fairness.store.config_epoch import bump_epoch
 
 
@@ -33,3 +37,10 @@ def user_changed(sender, created: bool = False, update_fields=None, **kwargs) ->
 @receiver(m2m_changed, sender=Replica.tiers.through)
 def deployment_changed(sender, **kwargs) -> None:
     transaction.on_commit(bump_epoch)
+
+
+@receiver(post_delete, sender=BatchFile)
+def batch_file_deleted(sender: type[BatchFile], instance: BatchFile, **kwargs: Any) -> None:
+    """However a row goes (the API, its owner deleted), its content goes too, once that commits."""
+    name = instance.stored_name
+    transaction.on_commit(lambda: storages[BATCH_FILES_STORAGE].delete(name))
