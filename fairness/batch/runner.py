@@ -37,7 +37,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ from fairness.gateway.runtime import GatewayRuntime
 from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
 from fairness.scheduling.admission import Admission, Demand, Grant
 from fairness.scheduling.directory import ReplicaDirectory
+from fairness.store.redis_lane import Command
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,6 @@ class GrantWatch:
         self._lines: dict[str, LineInFlight] = {}  # lease id -> its line
         admission.on_revoke = self._revoke
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._admission, name)
-
     async def acquire(self, demand: Demand) -> Grant:
         grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow))
         self._granted(grant)
@@ -121,9 +119,12 @@ class GrantWatch:
         self._granted(moved)
         return moved
 
-    async def release(self, grant: Grant, *args: Any, **kwargs: Any) -> None:
+    async def release(self, grant: Grant, also: Sequence[Command] = (), charge: float = 0.0) -> None:
         self._lines.pop(grant.lease_id, None)
-        await self._admission.release(grant, *args, **kwargs)
+        await self._admission.release(grant, also, charge)
+
+    def when_revoked(self, lease_id: str, callback: Callable[[], None] | None) -> None:
+        self._admission.when_revoked(lease_id, callback)
 
     def _granted(self, grant: Grant) -> None:
         self._mark(True)
@@ -326,8 +327,8 @@ class BatchRunner:
         clock: Callable[[], float] = time.time, step_seconds: float = 0.5,
     ) -> None:  # fmt: skip
         self.runtime = runtime
-        if not isinstance(runtime.admission, GrantWatch):
-            runtime.admission = GrantWatch(runtime.admission)  # type: ignore[assignment]
+        if not isinstance(runtime.admits, GrantWatch):
+            runtime.admits = GrantWatch(runtime.admission)
         self.token = secrets.token_hex(16)
         self.slice_seconds = slice_seconds if slice_seconds is not None else settings.GP_BATCH_SLICE_SECONDS
         self.claim_seconds = claim_seconds if claim_seconds is not None else settings.GP_BATCH_CLAIM_SECONDS

@@ -134,7 +134,7 @@ class RequestLifecycle:
         """Wait for a turn in the ageing queue and a slot on a replica; 429 when the key, its tier
         or the whole deployment queues too much, or it waits too long."""
         try:
-            self.grant = await self.runtime.admission.acquire(demand)
+            self.grant = await self.runtime.admits.acquire(demand)
         except QueueFull as exc:
             self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
@@ -155,7 +155,7 @@ class RequestLifecycle:
         assert self.grant is not None
         waited = time.perf_counter()
         try:
-            self.grant = await self.runtime.admission.move(self.grant, avoid=failed.name)
+            self.grant = await self.runtime.admits.move(self.grant, avoid=failed.name)
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
         self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
@@ -167,7 +167,7 @@ class RequestLifecycle:
         assert self.grant is not None
         waited = time.perf_counter()
         try:
-            self.grant = await self.runtime.admission.move(self.grant, avoid="")
+            self.grant = await self.runtime.admits.move(self.grant, avoid="")
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
         self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
@@ -235,7 +235,7 @@ class RequestLifecycle:
         opened = self.runtime.lane.connections_opened  # tells the outbox which Redis took it
         try:
             if self.grant is not None:
-                await self.runtime.admission.release(self.grant, also=self._accounting(), charge=self._charge())
+                await self.runtime.admits.release(self.grant, also=self._accounting(), charge=self._charge())
             else:
                 error = first_error(await self.runtime.lane.execute(*self._accounting()))
                 if error is not None:

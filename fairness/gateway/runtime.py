@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio
 import redis.exceptions
@@ -27,12 +27,12 @@ from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
 from fairness.gateway.usage_outbox import UsageOutbox
 from fairness.scheduling import health
-from fairness.scheduling.admission import Admission
+from fairness.scheduling.admission import Admission, Demand, Grant
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 from fairness.store.cancelling import cancel_and_wait
 from fairness.store.config_epoch import EpochWatch
 from fairness.store.redis_clients import redis_async
-from fairness.store.redis_lane import RedisLane
+from fairness.store.redis_lane import Command, RedisLane
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,19 @@ class RuntimeSettings:
         )
 
 
+class Admits(Protocol):
+    """What a request's lifecycle asks of admission: the runtime's Admission itself, or a watch
+    over it that sees each grant (the batch runner's GrantWatch)."""
+
+    async def acquire(self, demand: Demand) -> Grant: ...
+
+    async def move(self, grant: Grant, avoid: str) -> Grant: ...
+
+    async def release(self, grant: Grant, also: Sequence[Command] = (), charge: float = 0.0) -> None: ...
+
+    def when_revoked(self, lease_id: str, callback: Callable[[], None] | None) -> None: ...
+
+
 class GatewayRuntime:
     """Everything one gateway process shares between its requests. Made and used on one event
     loop (its connections and tasks belong to that loop)."""
@@ -88,6 +101,8 @@ class GatewayRuntime:
             routing_floor=config.routing_bound_floor, on_unknown_group=self.restate_capacity,
             half_life_seconds=config.fairshare_half_life_seconds, max_queued_total=config.max_queued_total,
         )  # fmt: skip
+        # The requests' way in: `admission` itself unless a batch runner watches its grants.
+        self.admits: Admits = self.admission
         # Usage events Redis could not take yet, or might lose if it restarts empty.
         self.usage_outbox = UsageOutbox(self.lane, admission=self.admission)
         self.large_bodies = LargeBodyGate()

@@ -172,7 +172,7 @@ async def _redone_while_revoked(
     ask the slot back for a chat: the engine request is then dropped (the engine aborts it when its
     connection closes), not charged, and sent again once the request has a slot again, from its
     old place in line. The client only waits longer."""
-    admission = lifecycle.runtime.admission
+    admission = lifecycle.runtime.admits
     while True:
         grant = lifecycle.grant
         if grant is None or not (grant.borrowed and grant.demand.revocable):
