@@ -48,10 +48,17 @@ demo: venv
 	scripts/ensure-redis.sh
 	$(PY) manage.py demo $(DEMO_ARGS)
 
+# Two passes: everything but the vLLM tier and the chaos run on two pytest-xdist workers (a test
+# file at a time, so a file's session gateway stays on one worker; each worker has its own test
+# database and Redis databases, tests/conftest.py), then those two on their own: both load every
+# core of a small box with real processes on deadlines, and they would starve each other.
+TEST_PARALLEL ?= -n 2 --dist loadfile
+TEST_DURATIONS ?= --durations=25
 test: venv-dev lint engine
 	scripts/ensure-system.sh
 	scripts/ensure-redis.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not engine and not chaos" $(TEST_PARALLEL) $(TEST_DURATIONS) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "engine or chaos" $(TEST_DURATIONS) $(PYTEST_ARGS)
 
 # The gates `make test` passes before the suite: ruff's rules, the import layers (import-linter)
 # and strict types, all configured in pyproject.toml.
