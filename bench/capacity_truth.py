@@ -3,10 +3,10 @@ measurably get from enginesim, at N = 1, 2, 4, 8, as a table of ratios (target 0
 
     .venv/bin/python -m bench.capacity_truth [--quick]
 
-Two engine profiles: the seeds' calibration (step = 9.8 ms + 0.19 ms per sequence) and a steeper
-one (2 ms per sequence), where the per-user figure falls visibly with load. For each N the engine
-is loaded with N closed-loop users, the real poll unit samples it, and the per-user rate is
-measured from the engine's own token counter; then the model is fitted to the samples of all
+Two engine profiles: the reference calibration (an 8B model on one GPU: step = 9.8 ms + 0.19 ms
+per sequence) and a steeper one (2 ms per sequence), where the per-user figure falls visibly with
+load. For each N the engine is loaded with N closed-loop users, the real poll unit samples it,
+and the per-user rate is measured from the engine's own token counter; then the model is fitted to the samples of all
 phases, exactly as the Celery task does, and its per-user figure is compared with each phase.
 """
 

@@ -8,9 +8,9 @@ Default speed 4 (about 4 minutes); --quick: speed 5 and shorter windows (about 1
 The batch flood runs in a process of its own (bench/flood.py); each phase gets a fresh portal
 with a private redis-server unless --redis-url is given.
 
-Scenario 1, one enginesim replica with 8 slots and the seeds' timing sped up by --speed. carol
-(batch tier) keeps 64 long requests in flight (400 tokens, ignore_eos); alice, bob, dave and erin
-(interactive) each send short streamed chats (32 tokens) with 1-2 s of think time (÷ speed).
+Scenario 1, one enginesim replica with 8 slots and the reference timing (an 8B model on one GPU)
+sped up by --speed. carol (batch tier) keeps 64 long requests in flight (400 tokens, ignore_eos);
+alice, bob, dave and erin (interactive) each send short streamed chats (32 tokens) with 1-2 s of think time (÷ speed).
 Phases, run one after another in one process, with equal windows for the loaded ones:
   idle-direct / idle-gateway   interactive users alone (the baseline TTFT)
   batch-direct / batch-gateway the flood alone (the baseline batch throughput)

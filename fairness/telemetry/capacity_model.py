@@ -30,13 +30,13 @@ USER_COUNTS = (1, 2, 4, 8, 16, 32)
 DEFAULT_USERS = 8
 # Below this many busy samples (20 s of traffic at the 2 s poll) a fit is mostly noise.
 MIN_SAMPLES = 10
-# c / a of the seeds' calibration (REFERENCE.md: a ≈ 9.8 ms, c ≈ 0.19 ms). One observed load, or
+# c / a of a reference calibration (vLLM serving an 8B model on one GPU: a ≈ 9.8 ms, c ≈ 0.19 ms). One observed load, or
 # a few close together, cannot separate the two costs, so that split stands in for the shape.
 SEED_STEP_RATIO = 0.19 / 9.8
 # The least relative noise the outlier cut assumes, so exact data keeps all of its samples.
 _MIN_NOISE = 0.01
 # The curve is trusted when it pins the full card's step time to ±10 % (two standard errors);
-# otherwise its shape is the seeds'.
+# otherwise its shape is the reference's.
 _MAX_FULL_STEP_ERROR = 0.10
 
 NOT_ENOUGH_DATA = "Not enough recent traffic to estimate this endpoint's throughput yet."
@@ -137,9 +137,9 @@ def estimate_capacity(
     imprecise = 2 * line.c_error * slots > _MAX_FULL_STEP_ERROR * (line.a + line.c * slots)
     if imprecise and abs(line.c - seed.c) <= 2 * line.c_error:
         # The loads seen were too few or too close together to tell the per-sequence cost
-        # from noise, and the full card's figure would follow that noise; the seeds' shape
-        # fits them as well. (A slope the data set clearly apart from the seeds' is kept,
-        # however loosely they pin it: the seeds' shape would then miss the loads observed.)
+        # from noise, and the full card's figure would follow that noise; the reference shape
+        # fits them as well. (A slope the data set clearly apart from the reference's is kept,
+        # however loosely they pin it: the reference shape would then miss the loads observed.)
         line = seed
         basis = "seed_ratio"
     return CapacityEstimate(

@@ -13,7 +13,7 @@ from fairness.telemetry.capacity_model import (
     public_sentence,
 )
 
-# The seeds' calibration (REFERENCE.md): one stream ~100 tok/s, 32 streams ~2,000 tok/s.
+# The reference calibration (an 8B model on one GPU): one stream ~100 tok/s, 32 streams ~2,000 tok/s.
 A = 0.0098
 C = 0.00019
 
@@ -107,7 +107,7 @@ def test_one_observed_load_falls_back_to_the_seed_ratio():
 
     assert estimate is not None
     assert estimate.basis == "seed_ratio"
-    # What was measured is reproduced exactly; the rest of the curve has the seeds' shape.
+    # What was measured is reproduced exactly; the rest of the curve has the reference shape.
     assert estimate.per_user(8) == pytest.approx(80)
     assert estimate.c / estimate.a == pytest.approx(SEED_STEP_RATIO)
     assert (estimate.running_min, estimate.running_max) == (8, 8)
@@ -137,10 +137,10 @@ def test_a_few_loads_far_enough_apart_are_fitted():
 
 
 @pytest.mark.parametrize("seed", [15, 46, 94])
-def test_a_slope_unlike_the_seeds_is_kept_even_when_noise_leaves_it_loose(seed):
-    # A small model on a busy host: the per-sequence cost is a fifth of the fixed one (the seeds'
+def test_a_slope_unlike_the_reference_is_kept_even_when_noise_leaves_it_loose(seed):
+    # A small model on a busy host: the per-sequence cost is a fifth of the fixed one (the reference's
     # is a fiftieth), and six polls at each of three loads, off by up to ±15 %, pin it only
-    # loosely. The seeds' shape would still miss the loads observed by a fifth or more.
+    # loosely. The reference shape would still miss the loads observed by a fifth or more.
     a, c = 0.00245, 0.0005
     samples = step_model_samples(random.Random(seed), [n for n in (1, 4, 8) for _ in range(6)],
                                  noise=0.15, a=a, c=c)

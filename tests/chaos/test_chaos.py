@@ -1,4 +1,4 @@
-"""Issue 14's chaos run: two gateways, two replicas, a private Redis and a Celery worker, real
+"""The chaos run: two gateways, two replicas, a private Redis and a Celery worker, real
 clients (the openai SDK and raw HTTP) abandoning at random, and on schedule a gateway SIGKILLed,
 a replica SIGKILLed, Redis stopped with SIGKILL and with SIGTERM, and Redis restarted empty under
 long streams; every process is started again. The seed is printed (GP_CHAOS_SEED repeats it);
