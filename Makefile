@@ -71,8 +71,9 @@ lint: venv-dev
 typecheck: venv-dev
 	$(PY) -m mypy
 
-# Neither the vLLM tier, the chaos run (tests/chaos: about two minutes of real
-# processes crashing on schedule) nor the minutes-long tests marked `long`; `make test` runs all.
+# Neither the vLLM tier, the chaos run (tests/chaos: about two minutes of real processes crashing
+# on schedule) nor the tests marked `long` (real time that no database changes); `make test` runs
+# all.
 test-fast: venv-dev
 	scripts/ensure-redis.sh
 	$(PY) -m pytest -m "not engine and not chaos and not long" $(PYTEST_ARGS)
