@@ -6,7 +6,7 @@ The scenario, the processes and the verdicts are the test's own (tests/chaos/): 
 processes, two 8-slot enginesim replicas, a private redis-server and a Celery worker; clients on
 the openai SDK and raw HTTP, 30% abandoning while queued or mid-stream; gateway and replica
 SIGKILLs, Redis SIGKILLed, SIGTERMed and restarted empty under long streams, all restarted.
-Prints the figures as Markdown tables for the README and writes the JSON report
+Prints the figures as Markdown tables for docs/operations.md and writes the JSON report
 (bench/results/chaos.json unless --json says otherwise). Exits 1 if an assertion of the test fails.
 """
 

@@ -64,6 +64,9 @@ if not SECRET_KEY:
             "`openssl rand -hex 32`; only DEBUG=true runs with the public development key."
         )
     SECRET_KEY = "gpuportal-insecure-development-key-change-me"
+# Rotating SECRET_KEY the Django way: the old key here (or in SECRET_KEY_FALLBACKS_FILE) keeps
+# sessions, signed links and front ends' sealed JWT secrets readable until they are renewed.
+SECRET_KEY_FALLBACKS = envlist("SECRET_KEY_FALLBACKS", "")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 
@@ -144,7 +147,7 @@ LOGOUT_REDIRECT_URL = "/capacity/"
 GP_SIGNIN_FAILURES_ALLOWED = envint("GP_SIGNIN_FAILURES_ALLOWED", 5)
 GP_SIGNIN_LOCKOUT_SECONDS = envint("GP_SIGNIN_LOCKOUT_SECONDS", 600)
 
-# Sign-in with the institution's OpenID provider (README, "Sign-in"); no issuer: no SSO button.
+# Sign-in with the institution's OpenID provider (docs/signin.md); no issuer: no SSO button.
 # The endpoints come from the issuer's discovery document, fetched at the first SSO sign-in, not
 # here: a provider that is down must not stop the portal from starting (fairness/portal/oidc_backend.py).
 GP_OIDC_ISSUER = envstr("GP_OIDC_ISSUER", "")
@@ -161,7 +164,7 @@ if GP_OIDC_ISSUER and not GP_OIDC_CLIENT_ID:
 GP_LOCAL_SIGNIN = envstr("GP_LOCAL_SIGNIN", "all").strip().lower()
 if GP_LOCAL_SIGNIN not in ("all", "staff"):
     raise ImproperlyConfigured(f"GP_LOCAL_SIGNIN={GP_LOCAL_SIGNIN!r}: use all or staff")
-# Sign-in with the institution's LDAP directory, on the password form (README, "Sign in with LDAP";
+# Sign-in with the institution's LDAP directory, on the password form (docs/signin.md, "Sign in with LDAP";
 # fairness/portal/ldap_backend.py). Nothing is fetched here: a directory that is down must not stop
 # the portal from starting.
 GP_LDAP_SERVER_URI = envstr("GP_LDAP_SERVER_URI", "").strip()

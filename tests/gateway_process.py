@@ -40,7 +40,7 @@ class GatewayProcess:
             sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
             "--no-access-log", "--lifespan", "on",
-            # As in production (README, "In production"): header deadline and size limit, a cap on
+            # As in production (docs/operations.md): header deadline and size limit, a cap on
             # connections, idle keep-alive connections closed.
             "--http", "fairness.gateway.http_server:GatewayHttpProtocol",
             "--limit-concurrency", str(limit_concurrency), "--timeout-keep-alive", "5",

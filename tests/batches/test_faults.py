@@ -68,7 +68,7 @@ def test_a_runner_killed_mid_batch_is_taken_over_and_no_line_completes_twice(slo
     first = start_runner()
     # Killed while every line at the engine is well into its generation and far from its end: the
     # moment that tests taking over. (Killed in the milliseconds between an engine's answer and
-    # its record, a line would run again: see the README.)
+    # its record, a line would run again: see docs/batches.md.)
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 4, timeout=60,
              interval=0.1, what="some lines done")  # fmt: skip
     wait_for(lambda: mid_generation(slow_sim), timeout=20, interval=0.02, what="lines mid-generation")

@@ -71,7 +71,7 @@ class Scenario:
     per_key_cap: int = 2  # both tiers
     pool_cap: int = 2  # the batch tier's
     request_timeout: float = 60.0  # a call not over by then has hung
-    allowance: float = 0.25  # how long a cap may be exceeded: an engine's abort (see README)
+    allowance: float = 0.25  # how long a cap may be exceeded: an engine's abort (see docs/operations.md, "Reliability")
     recovery_limit: float = 2.0  # service back this long after Redis answers
     faults: tuple[Fault, ...] = field(default=())
 
