@@ -15,7 +15,7 @@ from django.test import Client
 from fairness.demo.secret_key import ensure_demo_secret_key
 from tests.gateway_process import ROOT
 
-OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "DEBUG", "SECURE_HSTS_SECONDS", "SECURE_PROXY_SSL_HEADER")
+OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "SECRET_KEY_FALLBACKS", "DEBUG", "SECURE_HSTS_SECONDS", "SECURE_PROXY_SSL_HEADER")
 
 
 def load_settings(expression: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -33,6 +33,16 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert child.returncode != 0
     assert "ImproperlyConfigured" in child.stderr
     assert "SECRET_KEY" in child.stderr and "SECRET_KEY_FILE" in child.stderr
+
+
+def test_an_old_key_from_the_environment_is_kept_as_a_fallback_when_the_key_is_rotated(tmp_path):
+    old_keys = tmp_path / "old-keys"
+    old_keys.write_text("the key before last,the last key\n")
+    child = load_settings("settings.SECRET_KEY_FALLBACKS", SECRET_KEY="the new key",
+                          SECRET_KEY_FALLBACKS_FILE=str(old_keys))
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == repr(["the key before last", "the last key"])
+    assert load_settings("settings.SECRET_KEY_FALLBACKS", SECRET_KEY="k").stdout.strip() == "[]"
 
 
 def test_a_key_from_a_file_or_debug_lets_it_start(tmp_path):
