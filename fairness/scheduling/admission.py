@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +65,22 @@ RESTART_HOLD_SECONDS = 0.75
 # interval later: a refused connection costs nothing, and the sooner a process is back the less of
 # the restart hold it uses.
 _UPKEEP_RETRY_SECONDS = 0.05
+
+
+class Reply(IntEnum):
+    """The first field of acquire.lua's reply (lib.lua's REPLY; a test holds the two together)."""
+
+    GRANTED = 1
+    QUEUED = 0
+    QUEUE_FULL = -1
+    CAPACITY_UNKNOWN = -2  # Redis lost the group's capacity: state it and call again
+    OVER_BUDGET = -3
+    RATE_LIMITED = -4
+
+
+# Where a granted or queued reply carries the budget left and the completion limit.
+_BUDGET_LEFT_AT = {Reply.GRANTED: 4, Reply.QUEUED: 3}
+_COMPLETION_LIMIT_AT = {Reply.GRANTED: 5, Reply.QUEUED: 4}
 
 
 class _Library(NamedTuple):
@@ -219,24 +236,24 @@ def _turn(borrowed: Any, queued: Any, replica: Any) -> _Turn:
     return _Turn(True, int(borrowed) == 1, float(text(queued)), text(replica))
 
 
-def _budget_left(reply: list[Any], state: int, before: float | None) -> float | None:
+def _budget_left(reply: list[Any], state: Reply, before: float | None) -> float | None:
     """An acquire reply's budget left ('' for no budget; absent from the replies to a repeated
     call); a moved request keeps what it learnt first."""
-    at = {1: 4, 0: 3}.get(state)
+    at = _BUDGET_LEFT_AT.get(state)
     left = text(reply[at]) if at is not None and len(reply) > at else ""
     return float(left) if left else before
 
 
-def _completion_limit(reply: list[Any], state: int, before: int | None) -> int | None:
+def _completion_limit(reply: list[Any], state: Reply, before: int | None) -> int | None:
     """An acquire reply's completion limit, like its budget left."""
-    at = {1: 5, 0: 4}.get(state)
+    at = _COMPLETION_LIMIT_AT.get(state)
     limit = text(reply[at]) if at is not None and len(reply) > at else ""
     return int(limit) if limit else before
 
 
 def _limit_refusal(demand: Demand, reply: list[Any], now: float) -> AdmissionRefused:
     index = int(reply[1]) - 1
-    if int(reply[0]) == -3:
+    if int(reply[0]) == Reply.OVER_BUDGET:
         window = demand.budgets[index]
         retry = max(1, math.ceil(window.resets_at - now))
         return BudgetExceeded(window.words or "This key's token budget is used up.", retry, window)
@@ -409,22 +426,22 @@ class Admission:
                     repeat,
                 )  # fmt: skip
                 repeat = 1
-                state = int(reply[0])
-                if state == -2:
+                state = Reply(int(reply[0]))
+                if state == Reply.CAPACITY_UNKNOWN:
                     assert self._on_unknown_group is not None
                     await self._on_unknown_group()
                     stated = True
                     continue
-                if state in (-3, -4):
+                if state in (Reply.OVER_BUDGET, Reply.RATE_LIMITED):
                     in_redis = False
                     raise _limit_refusal(demand, reply, self._clock())
                 moving = False  # the old lease is given back: a call again must not repeat it
                 budget_left = _budget_left(reply, state, budget_left)
                 completion_limit = _completion_limit(reply, state, completion_limit)
-                if state == 1:
+                if state == Reply.GRANTED:
                     turn = _turn(reply[1], reply[2], reply[3])
                     break
-                if state == -1:
+                if state == Reply.QUEUE_FULL:
                     in_redis = False
                     raise _queue_full(demand, self._max_queued_total, text(reply[2]), int(reply[1]))
                 self._queued.add(handle)

@@ -19,19 +19,19 @@
 -- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
 -- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib.lua completion_room), or
 --          "": the estimate becomes its weighted prompt and the completion limit its budgets
---          leave, and that is what is reserved, charged and answered (a limit below least: {-3})
+--          leave, and that is what is reserved, charged and answered (a limit below least: {over_budget})
 -- ARGV[32] 1 = a repeated call for this handle (it may hold a ticket or lease already), 0 = first
--- Returns  {1, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no message
---                                              is published); budget left: the least any of its
---                                              budgets has left after its reservation, or '';
---                                              limit: the completion limit granted, or ''
---          {0, member, hold, budget left, limit}  queued; the grant comes by pub/sub. hold: until
---                                              when the group grants nothing (a restart), else 0
---          {-3, index}                         its index-th budget is used up
---          {-4, index, seconds}                its index-th rate limit refuses it for that long
---          {-1, retry_after_seconds, bound}    the key ('key'), its tier ('tier') or everyone
---                                              ('total') already has max queued tickets
---          {-2}                                the group's capacity is unknown: state it, call again
+-- Returns, first the state (lib.lua's REPLY; admission.py's Reply):
+--          {granted, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no
+--              message is published); budget left: the least any of its budgets has left after
+--              its reservation, or ''; limit: the completion limit granted, or ''
+--          {queued, member, hold, budget left, limit}  queued; the grant comes by pub/sub. hold:
+--              until when the group grants nothing (a restart), else 0
+--          {over_budget, index}                its index-th budget is used up
+--          {rate_limited, index, seconds}      its index-th rate limit refuses it for that long
+--          {queue_full, retry_after_seconds, bound}  the key ('key'), its tier ('tier') or
+--              everyone ('total') already has max queued tickets
+--          {capacity_unknown}                  the group's capacity is unknown: state it, call again
 local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
 local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
@@ -41,7 +41,7 @@ QUIET = handle
 -- The dead's leases and tickets are reaped when this call needs a slot or a place in line (below),
 -- or when its budgets would refuse or limit it (a dead lease's reservation comes back).
 if ARGV[20] == '1' and #replicas_of(group) == 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
-  return {-2}
+  return {REPLY.capacity_unknown}
 end
 if ARGV[19] == '1' then free(handle, true) end
 state_fair_share(ARGV[21], ARGV[22], ARGV[24])
@@ -61,10 +61,10 @@ pump_dirty()
 -- A retried call (same handle) must not queue or take twice.
 if ARGV[32] == '1' then
   local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
-  if existing then return {0, existing} end
+  if existing then return {REPLY.queued, existing} end
   local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
   if leased[1] then
-    return {1, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
+    return {REPLY.granted, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
   end
 end
 
@@ -98,13 +98,13 @@ if not moving then
       reap()
       refused, judged, granted = judge()
     end
-    if refused then return {-3, refused} end
+    if refused then return {REPLY.over_budget, refused} end
     estimate = judged
     if granted then estimated, limit = string.format('%.17g', estimate), string.format('%.0f', granted) end
   end
   if ARGV[27] ~= '' then
     local refused, wait_or_apply = check_rates(ARGV[27], estimate)
-    if refused then return {-4, refused, string.format('%.3f', wait_or_apply)} end
+    if refused then return {REPLY.rate_limited, refused, string.format('%.3f', wait_or_apply)} end
     apply_rates = wait_or_apply
   end
 else
@@ -138,7 +138,7 @@ local function at_once()
   take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
     ARGV[16])
   ask_revocable(group, borrowed == 0 and not revocable)  -- the spare may be gone now
-  return {1, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
+  return {REPLY.granted, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
 end
 local now = at_once()
 if now then return now end
@@ -151,7 +151,7 @@ if now then return now end
 -- A full queue: a place in it is free at the latest when its oldest ticket must leave (`soonest`:
 -- that ticket's deadline).
 local function full(soonest, bound)
-  return {-1, math.max(1, math.ceil((soonest or NOW) - NOW)), bound}
+  return {REPLY.queue_full, math.max(1, math.ceil((soonest or NOW) - NOW)), bound}
 end
 local function deadline_of(handle)
   return handle and num(redis.call('HGET', NS .. 't:' .. handle, 'deadline')) or nil
@@ -173,7 +173,7 @@ if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued th
   local soonest = nil
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local member = head(NS .. 'q:' .. key .. '|' .. pg)
-    if member then soonest = earlier(soonest, deadline_of(string.sub(member, 18))) end
+    if member then soonest = earlier(soonest, deadline_of(handle_of(member))) end
   end
   return full(soonest, 'key')
 end
@@ -207,5 +207,5 @@ local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[1
   avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)
 pump_dirty()
 local g = GRANTED[handle]
-if g then return {1, g[1], string.format('%.6f', g[2]), g[3], left, limit} end
-return {0, member, redis.call('HGET', NS .. 'hold', group) or '0', left, limit}
+if g then return {REPLY.granted, g[1], string.format('%.6f', g[2]), g[3], left, limit} end
+return {REPLY.queued, member, redis.call('HGET', NS .. 'hold', group) or '0', left, limit}

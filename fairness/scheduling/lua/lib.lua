@@ -95,6 +95,14 @@ end
 
 local function num(x) return tonumber(x) or 0 end
 
+-- A ticket's member is "%016d:h" (its arrival number, then its handle): the handle.
+local function handle_of(member) return string.sub(member, 18) end
+
+-- The first field of acquire's reply (admission.py's Reply names the same numbers; a test holds
+-- the two together).
+local REPLY = {granted = 1, queued = 0, queue_full = -1, capacity_unknown = -2, over_budget = -3,
+  rate_limited = -4}
+
 -- Whether any ticket waits, in any group: when none does, there is no stream to refresh, no
 -- head to score again and nothing to pump.
 local function anyone_waiting()
@@ -481,7 +489,7 @@ refresh_stream = function(key, pool, group, rescored)
   if member then
     local floor = redis.call('HGET', NS .. 'fl', s)
     if floor and tonumber(floor) > tonumber(score) then score = floor end
-    local t = redis.call('HMGET', NS .. 't:' .. string.sub(member, 18), 'borrow', 'a', 'fw')
+    local t = redis.call('HMGET', NS .. 't:' .. handle_of(member), 'borrow', 'a', 'fw')
     if t[1] == '1' then borrower = member end
     local delay = fair_share_delay(t[2], t[3])
     if delay > 0 then score = string.format('%.6f', tonumber(score) + delay) end
@@ -511,7 +519,7 @@ local function key_cap_opened(key)
   for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
     local s = key .. '|' .. pg
     local member = head(NS .. 'q:' .. s)
-    local head_start = num(redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'hs'))
+    local head_start = num(redis.call('HGET', NS .. 't:' .. handle_of(member), 'hs'))
     redis.call('HSET', NS .. 'fl', s, string.format('%.6f', NOW - head_start))
     local pool, group = string.match(pg, '^(.*)|([^|]*)$')
     refresh_stream(key, pool, group, true)
@@ -630,7 +638,7 @@ local function free(handle, moving)
 end
 
 local function grant(member, group)
-  local handle = string.sub(member, 18)
+  local handle = handle_of(member)
   -- The lease expires when the ticket would have: one TTL after its process last showed life,
   -- so a grant to a process that has just died is still gone within one TTL of its death.
   local expiry = tonumber(redis.call('ZSCORE', NS .. 'tx', handle)) or (NOW + TTL)
@@ -721,7 +729,7 @@ end
 -- only the spare for a revocable one.
 local function may_borrow(member, free, group)
   if free - 1 >= RESERVE then return true end
-  return free - 1 >= spare(group) and redis.call('HGET', NS .. 't:' .. string.sub(member, 18), 'rv') == '1'
+  return free - 1 >= spare(group) and redis.call('HGET', NS .. 't:' .. handle_of(member), 'rv') == '1'
 end
 
 -- Grant as many tickets of `group` as its replicas' free slots allow: eligible tickets first, in score
