@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 from tests.gateway_process import ROOT
 
@@ -21,9 +20,9 @@ def variables_read(source: str) -> set[str]:
             called = ast.unparse(node.func)
             if called in READERS or called in ("os.environ.get", "os.getenv"):
                 names.add(str(node.args[0].value))
-        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
-            if isinstance(node.slice, ast.Constant):
-                names.add(str(node.slice.value))
+        elif (isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ"
+              and isinstance(node.slice, ast.Constant)):
+            names.add(str(node.slice.value))
     return names
 
 

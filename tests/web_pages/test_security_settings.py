@@ -15,7 +15,8 @@ from django.test import Client
 from fairness.demo.secret_key import ensure_demo_secret_key
 from tests.gateway_process import ROOT
 
-OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "SECRET_KEY_FALLBACKS", "DEBUG", "SECURE_HSTS_SECONDS", "SECURE_PROXY_SSL_HEADER")
+OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "SECRET_KEY_FALLBACKS", "DEBUG", "SECURE_HSTS_SECONDS",
+        "SECURE_PROXY_SSL_HEADER")
 
 
 def load_settings(expression: str, **env: str) -> subprocess.CompletedProcess[str]:
