@@ -575,7 +575,7 @@ class UsageHourly(models.Model):
     def __str__(self) -> str:
         return f"{self.key_id} at {self.hour:%Y-%m-%d %H:00}"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.person_id is None:  # a row written around the flush: its key's owner asked
             self.person_id = ApiKey.objects.filter(pk=self.key_id).values_list("owner_id", flat=True).first()
         super().save(*args, **kwargs)
@@ -599,12 +599,12 @@ class AuditEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target}"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise ValueError("audit entries are append-only")
         super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise ValueError("audit entries are append-only")
 
 

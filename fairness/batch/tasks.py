@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
@@ -18,6 +19,12 @@ from fairness.batch import retention
 from fairness.batch.runner import BatchRunner
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.models import Batch
+
+if TYPE_CHECKING:
+    # Celery ships no types: its decorator as the checker is to see it (the tasks stay Any to it).
+    def shared_task(**options: Any) -> Callable[[Callable[..., Any]], Any]: ...
+else:
+    from celery import shared_task
 
 log = logging.getLogger(__name__)
 

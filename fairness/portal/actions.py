@@ -10,7 +10,7 @@ import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -43,7 +43,7 @@ class Actor:
     command: str = ""
 
 
-def audit(actor: Actor, action: str, target: str, **detail) -> AuditEntry:
+def audit(actor: Actor, action: str, target: str, **detail: Any) -> AuditEntry:
     if actor.command:
         detail["command"] = actor.command
     return AuditEntry.objects.create(
@@ -273,7 +273,7 @@ def set_user_tier(actor: Actor, user: User, tier: Tier) -> int:
 
 
 @transaction.atomic
-def save_tier(actor: Actor, tier: Tier, changed: dict) -> Tier:
+def save_tier(actor: Actor, tier: Tier, changed: dict[str, Any]) -> Tier:
     """`tier` already validated (full_clean) by the caller."""
     creating = tier.pk is None
     tier.save()
@@ -282,7 +282,7 @@ def save_tier(actor: Actor, tier: Tier, changed: dict) -> Tier:
 
 
 @transaction.atomic
-def save_replica(actor: Actor, replica: Replica, changed: dict,
+def save_replica(actor: Actor, replica: Replica, changed: dict[str, Any],
                  tiers: Iterable[Tier] | None = None) -> Replica:
     """`replica` already validated (full_clean) by the caller; `tiers` None keeps the ones it has.
 
@@ -392,7 +392,7 @@ def free_storage(actor: Actor, owner: User) -> retention.Freed:
     return freed
 
 
-def _jsonable(values: dict) -> dict:
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     def plain(value: object) -> bool:
         if isinstance(value, list):  # a list of names (allowed models) stays a list
             return all(isinstance(item, str) for item in value)

@@ -14,6 +14,7 @@ from ninja.errors import HttpError
 from fairness.models import Account, Membership
 from fairness.portal import accounts, fair_share_report
 from fairness.portal.admin_api import AdminTokenAuth, Input, ModelName, StaffSession, actor, invalid
+from fairness.portal.signed_in import AdminApiRequest
 
 User = get_user_model()
 router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
@@ -98,12 +99,12 @@ def account_named(name: str, field: str) -> Account:
 
 @router.get("/accounts", response=list[ShareRow], description=FAIR_SHARE,
             summary="Where every account and member stands (sshare -l): fair share F = 2^(-U/S)")
-def list_accounts(request):
+def list_accounts(request: AdminApiRequest) -> list[ShareRow]:
     return [ShareRow(**dataclasses.asdict(row)) for row in fair_share_report.rows()]
 
 
 @router.post("/accounts", response={201: AccountOut}, summary="Add an account to the fair-share tree")
-def create_account(request, data: AccountIn):
+def create_account(request: AdminApiRequest, data: AccountIn) -> Status[AccountOut]:
     if Account.objects.filter(name=data.name).exists():
         raise HttpError(409, f"name: an account named {data.name!r} exists")
     parent = account_named(data.parent, "parent") if data.parent is not None else None
@@ -116,7 +117,7 @@ def create_account(request, data: AccountIn):
 
 
 @router.patch("/accounts/{name}", response=AccountOut, summary="Change an account's shares or models, or move it")
-def change_account(request, name: str, data: AccountPatch):
+def change_account(request: AdminApiRequest, name: str, data: AccountPatch) -> AccountOut:
     account = get_object_or_404(Account.objects.select_related("parent"), name=name)
     move = "parent" in data.model_fields_set
     parent = account_named(data.parent, "parent") if data.parent is not None else None
@@ -129,7 +130,7 @@ def change_account(request, name: str, data: AccountPatch):
 
 @router.post("/accounts/{name}/members", response={200: MemberOut, 201: MemberOut},
              summary="Add a user to an account (201), or change their shares or default there (200)")
-def add_member(request, name: str, data: MemberIn):
+def add_member(request: AdminApiRequest, name: str, data: MemberIn) -> Status[MemberOut]:
     account = get_object_or_404(Account, name=name)
     user = User.objects.filter(username=data.username).first()
     if user is None:

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -30,6 +30,9 @@ from fairness.portal.front_end_keys import FrontEnd, changed, requested
 from fairness.portal.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 
+if TYPE_CHECKING:
+    from django.contrib.auth import models as auth_models
+
 User = get_user_model()
 
 
@@ -38,13 +41,13 @@ class StaffSession(APIKeyCookie):
 
     param_name = "sessionid"
 
-    def authenticate(self, request: HttpRequest, key: str | None):
+    def authenticate(self, request: HttpRequest, key: str | None) -> auth_models.User | None:
         user = getattr(request, "user", None)
         return user if user is not None and user.is_active and user.is_staff else None
 
 
 class AdminTokenAuth(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str):
+    def authenticate(self, request: HttpRequest, token: str) -> auth_models.User | None:
         # usable(): not revoked, not expired, owner still active staff; checked on every request.
         found = AdminToken.objects.usable().select_related("owner").filter(secret_hash=hash_secret(token)).first()
         if found is None:
@@ -125,7 +128,7 @@ class RotateIn(Input):
 
 
 @router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
-def list_keys(request):
+def list_keys(request: AdminApiRequest) -> list[KeyOut]:
     load, tokens = key_load(), tokens_last_day()
     keys = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by")
     return [key_out(k, load, tokens) for k in keys]
@@ -161,7 +164,7 @@ RETRY_SAFELY = ("Send an `Idempotency-Key` header to retry safely: a repeat with
 
 @router.post("/keys", response={201: IssuedKey}, summary="Issue a key (the secret is in this response only)",
              description=RETRY_SAFELY)
-def issue_key(request, data: KeyIn):
+def issue_key(request: AdminApiRequest, data: KeyIn) -> Status[IssuedKey]:
     owner = User.objects.filter(username=data.owner).first()
     if owner is None:
         raise HttpError(422, f"owner: no user named {data.owner!r}")
@@ -180,7 +183,7 @@ def issue_key(request, data: KeyIn):
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
 
 
-def named_membership(owner, account: str) -> Membership:
+def named_membership(owner: auth_models.User, account: str) -> Membership:
     membership = Membership.objects.select_related("account").filter(user=owner, account__name=account).first()
     if membership is not None:
         return membership
@@ -199,7 +202,7 @@ def checked_front_end(make: Callable[[], FrontEnd]) -> FrontEnd:
 
 
 @router.patch("/keys/{prefix}", response=KeyOut, summary="Change whether a key is a front end's, and how")
-def update_key(request, prefix: str, data: KeyPatch):
+def update_key(request: AdminApiRequest, prefix: str, data: KeyPatch) -> KeyOut:
     key = get_object_or_404(ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by"),
                             prefix=prefix)
     if key.revoked_at is not None:
@@ -210,13 +213,13 @@ def update_key(request, prefix: str, data: KeyPatch):
 
 
 @router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")
-def revoke_key(request, prefix: str):
+def revoke_key(request: AdminApiRequest, prefix: str) -> KeyOut:
     return key_out(actions.revoke(actor(request), get_object_or_404(ApiKey, prefix=prefix)))
 
 
 @router.post("/keys/{prefix}/rotate", response=IssuedKey, summary="A new secret; the old one ends after the grace",
              description=RETRY_SAFELY)
-def rotate_key(request, prefix: str, data: RotateIn):
+def rotate_key(request: AdminApiRequest, prefix: str, data: RotateIn) -> IssuedKey:
     old = get_object_or_404(ApiKey, prefix=prefix)
     with idempotent(request) as record:  # first: a retried rotation without grace finds its key revoked
         if old.revoked_at is not None:
@@ -247,18 +250,18 @@ class UserTierIn(Input):
     tier: str
 
 
-def user_out(user) -> UserOut:
+def user_out(user: auth_models.User) -> UserOut:
     return UserOut(username=user.username, email=user.email, is_staff=user.is_staff, is_active=user.is_active,
                    keys=user.api_keys.filter(revoked_at=None).count())
 
 
 @router.get("/users", response=list[UserOut])
-def list_users(request):
+def list_users(request: AdminApiRequest) -> list[UserOut]:
     return [user_out(u) for u in User.objects.order_by("username")]
 
 
 @router.post("/users", response={201: UserOut})
-def create_user(request, data: UserIn):
+def create_user(request: AdminApiRequest, data: UserIn) -> Status[UserOut]:
     if User.objects.filter(username__iexact=data.username).exists():
         raise HttpError(409, f"username: {data.username!r} is taken")
     user = actions.create_user(actor(request), data.username, data.email, data.is_staff, data.password)
@@ -266,7 +269,7 @@ def create_user(request, data: UserIn):
 
 
 @router.post("/users/{username}/tier", response=UserOut, summary="Move every live key of the user to a tier")
-def set_user_tier(request, username: str, data: UserTierIn):
+def set_user_tier(request: AdminApiRequest, username: str, data: UserTierIn) -> UserOut:
     user = get_object_or_404(User, username=username)
     tier = Tier.objects.filter(name=data.tier).first()
     if tier is None:
@@ -323,7 +326,7 @@ def tier_out(tier: Tier) -> TierSchema:
     return TierSchema(**{f: getattr(tier, f) for f in TierSchema.model_fields})
 
 
-def validated_tier_save(request, tier: Tier, changed: dict) -> Tier:
+def validated_tier_save(request: AdminApiRequest, tier: Tier, changed: dict[str, Any]) -> Tier:
     try:
         tier.full_clean()
     except ValidationError as exc:
@@ -332,19 +335,19 @@ def validated_tier_save(request, tier: Tier, changed: dict) -> Tier:
 
 
 @router.get("/tiers", response=list[TierSchema])
-def list_tiers(request):
+def list_tiers(request: AdminApiRequest) -> list[TierSchema]:
     return [tier_out(t) for t in Tier.objects.all()]
 
 
 @router.post("/tiers", response={201: TierSchema})
-def create_tier(request, data: TierSchema):
+def create_tier(request: AdminApiRequest, data: TierSchema) -> Status[TierSchema]:
     if Tier.objects.filter(name=data.name).exists():
         raise HttpError(409, f"name: a tier named {data.name!r} exists")
     return Status(201, tier_out(validated_tier_save(request, Tier(**data.dict()), data.dict())))
 
 
 @router.patch("/tiers/{name}", response=TierSchema, summary="Edit a tier; new requests follow at once")
-def update_tier(request, name: str, data: TierPatch):
+def update_tier(request: AdminApiRequest, name: str, data: TierPatch) -> TierSchema:
     tier = get_object_or_404(Tier, name=name)
     clears = {"clear_pool": "pool_concurrency", "clear_max_key_days": "max_key_days", "clear_max_queued": "max_queued"}
     changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k not in clears and v is not None}
@@ -390,12 +393,12 @@ def replica_out(replica: Replica) -> ReplicaOut:
 
 
 @router.get("/replicas", response=list[ReplicaOut])
-def list_replicas(request):
+def list_replicas(request: AdminApiRequest) -> list[ReplicaOut]:
     return [replica_out(r) for r in Replica.objects.prefetch_related("tiers")]
 
 
 @router.post("/replicas", response={201: ReplicaOut})
-def add_replica(request, data: ReplicaIn):
+def add_replica(request: AdminApiRequest, data: ReplicaIn) -> Status[ReplicaOut]:
     if Replica.objects.filter(name=data.name).exists():
         raise HttpError(409, f"name: a replica named {data.name!r} exists")
     tiers = list(Tier.objects.filter(name__in=data.tiers))
@@ -412,7 +415,7 @@ def add_replica(request, data: ReplicaIn):
 
 
 @router.post("/replicas/{name}/{state}", response=ReplicaOut, summary="enable, disable, or drain a replica")
-def replica_state(request, name: str, state: Literal["enable", "disable", "drain"]):
+def replica_state(request: AdminApiRequest, name: str, state: Literal["enable", "disable", "drain"]) -> ReplicaOut:
     replica = get_object_or_404(Replica, name=name)
     try:
         return replica_out(actions.set_replica_state(actor(request), replica, state))
@@ -429,16 +432,16 @@ class AlertOut(Schema):
     opened_at: dt.datetime
     resolved_at: dt.datetime | None
     acknowledged_at: dt.datetime | None
-    figures: dict
+    figures: dict[Any, Any]
 
 
 @router.get("/alerts", response=list[AlertOut])
-def list_alerts(request):
+def list_alerts(request: AdminApiRequest) -> list[SaturationAlert]:
     return list(SaturationAlert.objects.all()[:200])
 
 
 @router.post("/alerts/{alert_id}/acknowledge", response=AlertOut)
-def acknowledge_alert(request, alert_id: int):
+def acknowledge_alert(request: AdminApiRequest, alert_id: int) -> SaturationAlert:
     return actions.acknowledge(actor(request), get_object_or_404(SaturationAlert, pk=alert_id))
 
 
@@ -447,10 +450,10 @@ class AuditOut(Schema):
     actor_name: str
     action: str
     target: str
-    detail: dict
+    detail: dict[Any, Any]
     ip: str | None
 
 
 @router.get("/audit", response=list[AuditOut])
-def list_audit(request, limit: int = 100):
+def list_audit(request: AdminApiRequest, limit: int = 100) -> list[AuditEntry]:
     return list(AuditEntry.objects.all()[: max(1, min(limit, 1000))])

@@ -16,6 +16,7 @@ from fairness.models import Budget
 from fairness.portal import budgets
 from fairness.portal.admin_api import AdminTokenAuth, Input, StaffSession, actor, invalid
 from fairness.portal.budget_report import BudgetLine, all_lines
+from fairness.portal.signed_in import AdminApiRequest
 
 router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
 
@@ -83,13 +84,13 @@ def budget_out(line: BudgetLine) -> BudgetOut:
 
 @router.get("/budgets", response=list[BudgetOut], description=BUDGETS,
             summary="Every budget and raise, with what is used, held and left, and when it resets")
-def list_budgets(request):
+def list_budgets(request: AdminApiRequest) -> list[BudgetOut]:
     return [budget_out(line) for line in all_lines()]
 
 
 @router.post("/budgets", response={201: BudgetOut}, description=BUDGETS,
              summary="Set a budget (replacing the holder's standing one of the period), or a raise until a date")
-def set_budget(request, data: BudgetIn):
+def set_budget(request: AdminApiRequest, data: BudgetIn) -> Status[BudgetOut]:
     kind, name = ("key", data.key) if data.key else ("user", data.user) if data.user else ("account", data.account)
     try:
         holder = budgets.holder_of(kind, name or "", (data.account or "") if kind == "user" else "")
@@ -106,6 +107,6 @@ def set_budget(request, data: BudgetIn):
 
 
 @router.delete("/budgets/{budget_id}", response={204: None}, summary="Remove a budget or a raise")
-def remove_budget(request, budget_id: int):
+def remove_budget(request: AdminApiRequest, budget_id: int) -> Status[None]:
     budgets.remove_budget(actor(request), get_object_or_404(Budget, pk=budget_id))
     return Status(204, None)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
@@ -31,7 +32,7 @@ def _date(text: str, name: str) -> dt.date:
 
 
 @router.get("/usage", summary="Usage over a range of days")
-def usage(request: AdminApiRequest, query: Query[UsageQuery]):
+def usage(request: AdminApiRequest, query: Query[UsageQuery]) -> dict[str, Any]:
     """Requests, tokens, weighted tokens (what fair share charges), errors (status >= 400) and
     nearest-rank queue-wait and time-to-first-token percentiles per group, over [from, to) in UTC
     days (default: this month so far). `by`: one or two of account, user, key, model, tier."""

@@ -11,7 +11,7 @@ staff pages' rule, and audited as there (PortalUserAdmin).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -41,6 +41,23 @@ from fairness.portal import actions, group_sync
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
 
+if TYPE_CHECKING:
+    from django.contrib.auth import models as auth_models
+
+    # Django's admin classes take type arguments for the checker only: at run time they are not subscriptable.
+    _ReadOnlyAdminBase = admin.ModelAdmin[Any]
+    _TierAdminBase = admin.ModelAdmin[Tier]
+    _AccountAdminBase = admin.ModelAdmin[Account]
+    _GroupMappingAdminBase = admin.ModelAdmin[GroupMapping]
+    _MembershipAdminBase = admin.ModelAdmin[Membership]
+    _ApiKeyAdminBase = admin.ModelAdmin[ApiKey]
+    _ReplicaAdminBase = admin.ModelAdmin[Replica]
+    _UserAdminBase = UserAdmin[auth_models.User]
+else:
+    _ReadOnlyAdminBase = _TierAdminBase = _AccountAdminBase = _GroupMappingAdminBase = admin.ModelAdmin
+    _MembershipAdminBase = _ApiKeyAdminBase = _ReplicaAdminBase = admin.ModelAdmin
+    _UserAdminBase = UserAdmin
+
 User = get_user_model()
 
 
@@ -50,7 +67,7 @@ def _actor(request: HttpRequest) -> actions.Actor:
     return actions.Actor(request.user, client_address(request))
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(_ReadOnlyAdminBase):
     """Rows the portal writes; people only read them."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -64,14 +81,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Tier)
-class TierAdmin(admin.ModelAdmin):
+class TierAdmin(_TierAdminBase):
     list_display = ["name", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
                     "max_queue_wait_seconds", "max_queued_per_key", "max_queued", "engine_priority",
                     "borrow_idle_slots"]
 
 
 @admin.register(Account)
-class AccountAdmin(admin.ModelAdmin):
+class AccountAdmin(_AccountAdminBase):
     """The fair-share tree (the staff page /staff/accounts/ shows it with usage)."""
 
     list_display = ["name", "parent", "shares", "description"]
@@ -79,7 +96,7 @@ class AccountAdmin(admin.ModelAdmin):
 
 
 @admin.register(GroupMapping)
-class GroupMappingAdmin(admin.ModelAdmin):
+class GroupMappingAdmin(_GroupMappingAdminBase):
     """Also on the staff page /staff/sign-in/; changes here are audited like the page's."""
 
     list_display = ["group", "account", "tier", "created_at"]
@@ -101,14 +118,14 @@ class GroupMappingAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(_MembershipAdminBase):
     list_display = ["user", "account", "shares", "is_default"]
     list_filter = ["account"]
     search_fields = ["user__username", "account__name"]
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(_ApiKeyAdminBase):
     list_display = ["prefix", "owner", "tier", "label", "created_at", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["tier", "revoked_at"]
     search_fields = ["prefix", "label", "owner__username"]
@@ -144,7 +161,7 @@ class ReplicaAdminForm(ReplicaForm):
 
 
 @admin.register(Replica)
-class ReplicaAdmin(admin.ModelAdmin):
+class ReplicaAdmin(_ReplicaAdminBase):
     form = ReplicaAdminForm  # refuses deployments that would share some replicas but not all
     list_display = ["name", "model", "base_url", "max_num_seqs", "scheduling_policy", "enabled", "draining"]
     list_filter = ["model", "enabled", "draining"]
@@ -154,11 +171,11 @@ class ReplicaAdmin(admin.ModelAdmin):
         actor = _actor(request)
         actions.save_replica(actor, obj, form.changes(), form.cleaned_data["tiers"])
 
-    def save_related(self, request: HttpRequest, form: ReplicaAdminForm, formsets: list, change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: ReplicaAdminForm, formsets: list[Any], change: bool) -> None:
         for formset in formsets:  # not form.save_m2m(): save_model has set the tiers already
             self.save_formset(request, form, formset, change=change)
 
-    def formfield_for_dbfield(self, db_field: Field, request: HttpRequest, **kwargs: Any) -> FormField | None:
+    def formfield_for_dbfield(self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any) -> FormField | None:
         if isinstance(db_field, URLField):
             kwargs["assume_scheme"] = "http"  # as on the staff pages: engines rarely sit behind TLS
         return super().formfield_for_dbfield(db_field, request, **kwargs)
@@ -210,7 +227,7 @@ class BatchFileAdmin(ReadOnlyAdmin):
     exclude = ["stored_name"]
 
 
-class PortalUserAdmin(UserAdmin):
+class PortalUserAdmin(_UserAdminBase):
     """Django's user admin, within the staff pages' rule on passwords (actions.password_refusal):
     its password page refuses, audited, what they would refuse (a password for someone whose
     sign-in is the directory's or the provider's, say), and a password it sets is audited too."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
 from django.utils import timezone
@@ -13,6 +14,9 @@ from fairness.gateway.associations import association_id, tree_nodes
 from fairness.models import Account, Membership
 from fairness.scheduling import fair_share
 from fairness.telemetry.fair_share_usage import LiveUsage, half_life_seconds, live_usage
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class Standing:
                 f"requests are not held back; half of it is gone by {when}.")
 
 
-def standing_of(user, usage: LiveUsage | None = None) -> list[Standing]:
+def standing_of(user: User, usage: LiveUsage | None = None) -> list[Standing]:
     """The user's associations, default first."""
     by_key = {(r.account, r.user): r for r in rows(usage)}
     half_gone = timezone.now() + dt.timedelta(seconds=half_life_seconds())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib.auth import forms as auth_forms
@@ -18,6 +18,19 @@ from fairness.portal import submit_once
 from fairness.portal.front_end_forms import FrontEndFields
 from fairness.portal.self_service import memberships
 
+if TYPE_CHECKING:
+    from django.contrib.auth import models as auth_models
+
+    # Django's form classes take type arguments for the checker only: at run time they are not subscriptable.
+    _SetPasswordFormBase = auth_forms.SetPasswordForm[auth_models.User]
+    _MembershipChoiceFieldBase = forms.ModelChoiceField[Membership]
+    _TierFormBase = forms.ModelForm[Tier]
+    _ReplicaFormBase = forms.ModelForm[Replica]
+else:
+    _SetPasswordFormBase = auth_forms.SetPasswordForm
+    _MembershipChoiceFieldBase = forms.ModelChoiceField
+    _TierFormBase = _ReplicaFormBase = forms.ModelForm
+
 User = get_user_model()
 
 GRACE_CHOICES = [
@@ -31,12 +44,12 @@ GRACE_CHOICES = [
 class NoColon:
     """Labels as the pages write them: "Owner", not Django's "Owner:"."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
 
 
-class SetPasswordForm(NoColon, auth_forms.SetPasswordForm):
+class SetPasswordForm(NoColon, _SetPasswordFormBase):
     pass
 
 
@@ -116,7 +129,7 @@ class IssueKeyForm(FrontEndFields, SubmitOnceForm):
         help_text="Whose fair share its requests count against: one of the owner's accounts.",
     )
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         tier = default_tier(self.initial.get("owner"))
         if tier is not None:
@@ -144,7 +157,7 @@ class RotateKeyForm(SubmitOnceForm):
     )
 
 
-class MembershipChoiceField(forms.ModelChoiceField):
+class MembershipChoiceField(_MembershipChoiceFieldBase):
     def label_from_instance(self, obj: Any) -> str:
         return f"{obj.account.name} (default)" if obj.is_default else str(obj.account.name)
 
@@ -160,9 +173,9 @@ class OwnKeyForm(SubmitOnceForm):
     )
     expires_days = forms.IntegerField(label="Expires after (days)", min_value=1, max_value=3650)
 
-    def __init__(self, *args, user, tier: Tier, **kwargs) -> None:
+    def __init__(self, *args: Any, user: auth_models.User, tier: Tier, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        account = cast(forms.ModelChoiceField, self.fields["account"])  # as declared above
+        account = cast("forms.ModelChoiceField[Membership]", self.fields["account"])  # as declared above
         account.queryset = memberships(user)
         default = account.queryset.first()  # their default account comes first
         if default is None:  # no account yet: the key makes them one of their own
@@ -195,11 +208,11 @@ class IssueAdminTokenForm(SubmitOnceForm):
         help_text="Leave empty for a token that does not expire.",
     )
 
-    def __init__(self, *args, issuer, **kwargs) -> None:
+    def __init__(self, *args: Any, issuer: auth_models.User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not issuer.is_superuser:
             # The only choice is oneself, so a form posted with another name fails validation.
-            owner = cast(forms.ModelChoiceField, self.fields["owner"])  # as declared above
+            owner = cast("forms.ModelChoiceField[auth_models.User]", self.fields["owner"])  # as declared above
             owner.queryset = User.objects.filter(pk=issuer.pk)
             owner.initial = issuer.get_username()
             owner.help_text = "Your own: only a superuser may issue a token for someone else."
@@ -251,7 +264,7 @@ class UserTierForm(NoColon, forms.Form):
     tier = forms.ModelChoiceField(queryset=Tier.objects.all(), to_field_name="name")
 
 
-def _tier_fields(field: models.Field, **kwargs) -> forms.Field | None:
+def _tier_fields(field: models.Field[Any, Any], **kwargs: Any) -> forms.Field | None:
     if field.name in ("head_start_seconds", "max_queue_wait_seconds"):
         kwargs["form_class"] = WholeSecondsField
     if field.name == "allowed_models":
@@ -260,7 +273,7 @@ def _tier_fields(field: models.Field, **kwargs) -> forms.Field | None:
     return field.formfield(**kwargs)
 
 
-class TierForm(NoColon, forms.ModelForm):
+class TierForm(NoColon, _TierFormBase):
     """Field validators and Tier.clean() run in is_valid(): their errors land on the fields."""
 
     class Meta:
@@ -285,23 +298,23 @@ class TierForm(NoColon, forms.ModelForm):
             "max_key_days": "Longest life of a key they make (days)",
         }
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             # Scripts and the API address tiers by name: renaming would break them silently.
             self.fields["name"].disabled = True
 
-    def changes(self) -> dict:
+    def changes(self) -> dict[str, Any]:
         return {name: self.cleaned_data[name] for name in self.changed_data}
 
 
-def _plain_http_urls(field: models.Field, **kwargs) -> forms.Field | None:
+def _plain_http_urls(field: models.Field[Any, Any], **kwargs: Any) -> forms.Field | None:
     if isinstance(field, models.URLField):
         kwargs["assume_scheme"] = "http"  # engines sit on the internal network, rarely behind TLS
     return field.formfield(**kwargs)
 
 
-class ReplicaForm(NoColon, forms.ModelForm):
+class ReplicaForm(NoColon, _ReplicaFormBase):
     class Meta:
         formfield_callback = _plain_http_urls
         model = Replica
@@ -327,7 +340,7 @@ class ReplicaForm(NoColon, forms.ModelForm):
                 self.add_error("tiers", conflict)
         return data
 
-    def changes(self) -> dict:
+    def changes(self) -> dict[str, Any]:
         return {name: self.cleaned_data[name] for name in self.changed_data if name not in ("tiers", "remove_api_key")}
 
 
@@ -338,7 +351,7 @@ class ReplicaPageForm(ReplicaForm):
 
     remove_api_key = forms.BooleanField(label="Remove the engine key", required=False)
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is None:
             del self.fields["remove_api_key"]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ldap
 import ldap.dn
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.dispatch import receiver
+from django.http import HttpRequest
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from fairness.models import GroupMapping
@@ -79,7 +80,8 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
     def default_settings(self) -> dict[str, Any]:
         return library_settings()
 
-    def authenticate(self, request, username=None, password=None, **kwargs):
+    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None,
+                     **kwargs: Any) -> User | None:
         """ValidationErrors reach the password form as its message: AuthenticationForm.clean() calls
         authenticate() and shows what it raises instead of "wrong username or password"."""
         if not username or not password:
@@ -106,9 +108,9 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
             user.save(update_fields=["email"])
         if not follow_groups(self._actor(), user, person).has_access:
             raise ValidationError(NO_MAPPED_GROUP, code="no_mapped_group")
-        return user
+        return cast("User", user)  # the untyped library's: our user model, with its `ldap_user`
 
-    def get_or_build_user(self, username, ldap_user):
+    def get_or_build_user(self, username: str, ldap_user: Any) -> tuple[User, bool]:
         """The portal's user for a directory entry, made (and audited) at the first sign-in."""
         user = get_user_model().objects.filter(username__iexact=username).first()
         if user is None:
@@ -117,7 +119,7 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
             raise ldap_user.AuthenticationFailed("a local account holds this username")
         return user, False
 
-    def get_user(self, user_id):
+    def get_user(self, user_id: int) -> User | None:
         """A deactivated user's session ends at their next request, as with ModelBackend."""
         user = super().get_user(user_id)
         return user if user is not None and user.is_active else None
@@ -128,5 +130,5 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
 
 
 @receiver(ldap_error, sender=DirectoryBackend, dispatch_uid="ldap-error-is-unavailable")
-def _raise_unavailable(sender, context: str, exception: ldap.LDAPError, **kwargs) -> None:
+def _raise_unavailable(sender: type[DirectoryBackend], context: str, exception: ldap.LDAPError, **kwargs: Any) -> None:
     raise DirectoryUnavailable(describe(exception))

@@ -12,10 +12,10 @@ search base), not as everyone gone at once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from celery import shared_task
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
@@ -27,6 +27,11 @@ from fairness.portal.ldap_directory import DirectoryUnavailable, Person, connect
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+    # Celery ships no types: its decorator as the checker is to see it (the tasks stay Any to it).
+    def shared_task(**options: Any) -> Callable[[Callable[..., Any]], Any]: ...
+else:
+    from celery import shared_task
 
 log = logging.getLogger(__name__)
 

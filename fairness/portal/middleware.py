@@ -12,6 +12,7 @@ validator) and the admin API's request bodies (its schemas) are checked where th
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
@@ -30,7 +31,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
 
 
 @sync_and_async_middleware
-def refuse_nul(get_response: Callable) -> Callable:
+def refuse_nul(get_response: Callable[[HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
     if iscoroutinefunction(get_response):
         async def async_middleware(request: HttpRequest) -> HttpResponse:
             return _refusal(request) or await get_response(request)
@@ -49,7 +50,7 @@ def _with_policy(response: HttpResponse) -> HttpResponse:
 
 
 @sync_and_async_middleware
-def content_security_policy(get_response: Callable) -> Callable:
+def content_security_policy(get_response: Callable[[HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
     """GP_CONTENT_SECURITY_POLICY on every response that does not set its own."""
     if iscoroutinefunction(get_response):
         async def async_middleware(request: HttpRequest) -> HttpResponse:

@@ -19,7 +19,7 @@ institution says who this is and in which groups".) What we add:
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import jwt
 import requests
@@ -28,10 +28,14 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
+from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from fairness.portal import actions, group_sync, sso_identities
 from fairness.portal.client_address import client_address
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 log = logging.getLogger(__name__)
 # Clocks of the provider and the portal may differ by this much.
@@ -114,7 +118,7 @@ def forget_discovery() -> None:
 
 
 class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped library
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Not the library's __init__: it reads the endpoints from settings, and Django builds every
         # backend for every sign-in, the password form's included. Endpoints come at authenticate().
         self.UserModel = get_user_model()
@@ -123,7 +127,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
         self.OIDC_RP_IDP_SIGN_KEY = None
 
-    def authenticate(self, request, **kwargs):
+    def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> User | None:
         # Only the callback's call (it passes the nonce); a password sign-in is not ours.
         if request is None or "nonce" not in kwargs or not settings.GP_OIDC_ISSUER:
             return None
@@ -133,7 +137,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         self.OIDC_OP_JWKS_ENDPOINT = found.jwks_uri
         self.OIDC_OP_USER_ENDPOINT = found.userinfo_endpoint
         try:
-            return super().authenticate(request, **kwargs)
+            return cast("User | None", super().authenticate(request, **kwargs))  # the untyped library's
         except requests.HTTPError as exc:  # the provider answered, with a refusal (a used code…)
             log.warning("OIDC token or userinfo request refused: %s", exc)
             raise SignInRefused("The institution's sign-in service did not accept this sign-in. "
@@ -141,7 +145,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         except requests.RequestException as exc:
             raise ProviderUnavailable(f"It did not answer ({exc.__class__.__name__}).") from exc
 
-    def get_user(self, user_id):
+    def get_user(self, user_id: int) -> User | None:
         # ModelBackend's, not the library's (which skips is_active): the session of someone
         # deactivated, by staff or by a sign-in that found them in no mapped group, ends at its
         # next request, as a password sign-in's does. So does the SSO session of someone made
@@ -149,7 +153,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         user = ModelBackend.get_user(self, user_id)
         return None if user is None or user.is_staff or user.is_superuser else user
 
-    def get_payload_data(self, token, key):
+    def get_payload_data(self, token: str | bytes, key: Any) -> dict[str, Any]:
         """The library checks the signature and expiry; we add the issuer and the audience."""
         try:
             return jwt.decode(
@@ -164,7 +168,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
             log.warning("OIDC ID token refused: %s", exc)
             raise SignInRefused(f"The institution's answer could not be verified ({exc}).") from exc
 
-    def get_userinfo(self, access_token, id_token, payload):
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
         """The ID token's claims, completed by the userinfo endpoint's: Entra ID puts `groups` in
         the ID token, Keycloak and others (often) only in userinfo."""
         claims = dict(payload)
@@ -175,7 +179,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
             claims.update(info)
         return claims
 
-    def verify_claims(self, claims) -> bool:
+    def verify_claims(self, claims: dict[str, Any]) -> bool:
         username = claims.get(settings.GP_OIDC_USERNAME_CLAIM)
         if not isinstance(username, str) or not username.strip():
             raise SignInRefused(f"The institution's answer has no {settings.GP_OIDC_USERNAME_CLAIM!r} claim "
@@ -186,7 +190,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
                                 "characters, as OpenID Connect has it, so it cannot be kept.")
         return True
 
-    def get_or_create_user(self, access_token, id_token, payload):
+    def get_or_create_user(self, access_token: str, id_token: str, payload: dict[str, Any]) -> User:
         """The user of the provider's issuer and subject (sso_identities), never one matched by
         username; staff are refused. Then memberships follow the groups."""
         claims = self.get_userinfo(access_token, id_token, payload)
@@ -217,7 +221,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         return group_sync.sync_actor("oidc", client_address(self.request))
 
 
-def _email(claims: dict) -> str:
+def _email(claims: dict[str, Any]) -> str:
     """The e-mail claim if it is an address that fits and the provider does not call unverified."""
     email = claims.get("email")
     if not isinstance(email, str) or len(email) > sso_identities.EMAIL_MAX or claims.get("email_verified") is False:

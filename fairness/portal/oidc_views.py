@@ -5,6 +5,7 @@ the library's bare redirect."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
@@ -31,7 +32,7 @@ def _require_sso() -> None:
 
 
 class SsoStart(OIDCAuthenticationRequestView):  # type: ignore[misc]  # untyped library
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         View.__init__(self, **kwargs)  # not the library's: it reads the endpoint from settings
         self.OIDC_RP_CLIENT_ID = settings.GP_OIDC_CLIENT_ID
 

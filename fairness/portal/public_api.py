@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.http import HttpRequest
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
 
@@ -137,7 +138,7 @@ class SeriesOut(Schema):
     generation_tps: list[float]
 
 
-def _replica(row: dict, draining: set[str]) -> ReplicaOut:
+def _replica(row: dict[str, Any], draining: set[str]) -> ReplicaOut:
     return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.UTC),
                       draining=row["name"] in draining, **{
         k: row[k] for k in ("name", "model", "healthy", "running", "waiting", "kv_usage", "generation_tps",
@@ -202,7 +203,7 @@ def queue_note(status: str, queues: dict[str, queue_state.TierQueue], free: int 
 
 
 @public.get("/capacity", response=CapacityOut, summary="What the endpoint serves now, and what to expect")
-async def capacity(request):
+async def capacity(request: HttpRequest) -> CapacityOut:
     estimates, serving = await capacity_store.read_published()
     rows = await polling.latest_readings()
     stats = await admission_stats(redis_async())
@@ -249,7 +250,7 @@ async def capacity(request):
 
 
 @public.get("/capacity/series", response=SeriesOut, summary="Queue depth and throughput over time, all replicas")
-async def series(request, window: Literal["hour", "day"] = "hour"):
+async def series(request: HttpRequest, window: Literal["hour", "day"] = "hour") -> SeriesOut:
     return await sync_to_async(_series)(window)
 
 
@@ -279,13 +280,13 @@ def _series(window: str) -> SeriesOut:
 
 
 @public.get("/replicas", response=list[ReplicaOut], summary="Every replica as of the last poll")
-async def replicas(request):
+async def replicas(request: HttpRequest) -> list[ReplicaOut]:
     draining = await sync_to_async(_draining)()
     return [_replica(r, draining) for r in await polling.latest_readings()]
 
 
 @public.get("/alerts", response=list[AlertOut], summary="Saturation alerts open now, and those of the last day")
-async def alerts(request):
+async def alerts(request: HttpRequest) -> list[AlertOut]:
     def recent() -> list[AlertOut]:
         since = timezone.now() - dt.timedelta(days=1)
         rows = SaturationAlert.objects.filter(resolved_at=None) | SaturationAlert.objects.filter(resolved_at__gte=since)

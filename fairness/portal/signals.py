@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import storages
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
@@ -20,13 +20,14 @@ from fairness.store.config_epoch import bump_epoch
 @receiver([post_save, post_delete], sender=Budget)
 @receiver([post_save, post_delete], sender=Tier)
 @receiver([post_save, post_delete], sender=Replica)
-def config_changed(sender, **kwargs) -> None:
+def config_changed(sender: type[models.Model], **kwargs: Any) -> None:
     # After commit, or a gateway could reload the old row and keep it for a whole cache TTL.
     transaction.on_commit(bump_epoch)
 
 
 @receiver(post_save, sender=settings.AUTH_USER_MODEL)
-def user_changed(sender, created: bool = False, update_fields=None, **kwargs) -> None:
+def user_changed(sender: type[models.Model], created: bool = False, update_fields: frozenset[str] | None = None,
+                 **kwargs: Any) -> None:
     # A gateway's cached key carries whether its owner is active: deactivating a user stops
     # their keys as fast as a revocation. A save that cannot have changed it (the last_login of
     # every sign-in, a password) leaves every gateway's caches alone, as does a brand-new user.
@@ -35,7 +36,7 @@ def user_changed(sender, created: bool = False, update_fields=None, **kwargs) ->
 
 
 @receiver(m2m_changed, sender=Replica.tiers.through)
-def deployment_changed(sender, **kwargs) -> None:
+def deployment_changed(sender: type[models.Model], **kwargs: Any) -> None:
     transaction.on_commit(bump_epoch)
 
 

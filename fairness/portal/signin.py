@@ -22,6 +22,7 @@ import math
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib import admin
@@ -38,6 +39,9 @@ from django.utils.translation import gettext as _
 from fairness.portal.client_address import client_address
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 _SUCCEEDED = (Path(__file__).with_name("signin_succeeded.lua")).read_text()
 # Longer than any username (150): a longer name cannot sign in, its counter only needs a bound.
@@ -97,7 +101,7 @@ class LocalSignInForm(AuthenticationForm):
     (researchers use SSO, or their directory password: the LDAP backend's users pass). A right
     local password of a non-staff user is refused like a wrong one, and counts as one."""
 
-    def confirm_login_allowed(self, user) -> None:
+    def confirm_login_allowed(self, user: User) -> None:
         super().confirm_login_allowed(user)
         from_directory = getattr(user, "backend", "") == "fairness.portal.ldap_backend.DirectoryBackend"
         if settings.GP_LOCAL_SIGNIN == "staff" and not user.is_staff and not from_directory:
@@ -110,19 +114,19 @@ class SignInView(auth_views.LoginView):
     redirect_authenticated_user = True
     authentication_form: type[AuthenticationForm] = LocalSignInForm
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context.update(sso=bool(settings.GP_OIDC_ISSUER), local_signin=settings.GP_LOCAL_SIGNIN,
                        directory=bool(settings.GP_LDAP_SERVER_URI))
         return context
 
-    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         self.attempt = count_attempt(client_address(request), request.POST.get("username") or "")
         if not self.attempt.allowed:
             return _too_many(request, self.attempt.retry_after)
         return super().post(request, *args, **kwargs)
 
-    def form_valid(self, form):
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
         attempt_succeeded(self.attempt)
         return super().form_valid(form)
 
@@ -141,7 +145,7 @@ class AdminSignInView(SignInView):
     # A signed-in non-staff member sent here by the admin must see the form, not bounce back.
     redirect_authenticated_user = False
 
-    def dispatch(self, request: HttpRequest, *args, **kwargs) -> HttpResponseBase:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if request.method == "GET" and admin.site.has_permission(request):
             return HttpResponseRedirect(reverse("admin:index", current_app=admin.site.name))
         request.current_app = admin.site.name
@@ -150,7 +154,7 @@ class AdminSignInView(SignInView):
     def get_default_redirect_url(self) -> str:
         return reverse("admin:index", current_app=admin.site.name)
 
-    def get_context_data(self, **kwargs):
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         request = self.request
         context.update(admin.site.each_context(request), title=_("Log in"), subtitle=None,

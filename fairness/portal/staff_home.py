@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -19,7 +21,7 @@ from fairness.telemetry import polling
 
 
 @async_to_sync
-async def _live() -> tuple[list[dict], Stats]:
+async def _live() -> tuple[list[dict[str, Any]], Stats]:
     # One trip into async for both: the readings and admission's counts live in Redis.
     return await polling.latest_readings(), await admission_stats(redis_async())
 

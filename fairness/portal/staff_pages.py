@@ -58,7 +58,7 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     sign-in form, which would suggest their account might work with a second try)."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path())
         if not (request.user.is_active and request.user.is_staff):

@@ -4,6 +4,8 @@ people's memberships follow at their next sign-in."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -27,7 +29,7 @@ class MappingForm(forms.Form):
     tier = forms.ModelChoiceField(Tier.objects.order_by("name"), label="Tier",
                                   help_text="For the keys its members make themselves.")
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
 

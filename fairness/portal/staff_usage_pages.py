@@ -6,6 +6,7 @@ key, model, tier), so a link copied from the page downloads exactly what it show
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
@@ -59,7 +60,7 @@ class UsageReportForm(forms.Form):
         except usage_report.BadReport as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean(self) -> dict:
+    def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("from") and data.get("to"):
             try:
@@ -99,7 +100,7 @@ def _filename(report: usage_report.Report, extension: str) -> str:
     return f"usage_{report.start.isoformat()}_to_{report.end.isoformat()}_by_{'-'.join(report.by)}.{extension}"
 
 
-def _chart_data(report: usage_report.Report) -> dict:
+def _chart_data(report: usage_report.Report) -> dict[str, Any]:
     rows = report.rows[:CHART_ROWS]
     return {
         "labels": [" / ".join(row.group) for row in rows],

@@ -74,8 +74,8 @@ class _Bucket:
     completion: int = 0
     cached: int = 0
     errors: int = 0
-    waits: array = field(default_factory=lambda: array("L"))
-    ttfts: array = field(default_factory=lambda: array("L"))
+    waits: array[int] = field(default_factory=lambda: array("L"))
+    ttfts: array[int] = field(default_factory=lambda: array("L"))
 
     def add(self, status: int, prompt: int, completion: int, cached: int, queued_ms: int,
             ttft_ms: int | None) -> None:

@@ -151,13 +151,13 @@ async def notify(model: str, transition: Transition, current: dict[str, Any] | N
     await _deliver(message, payload)
 
 
-async def _deliver(message: str, payload: dict) -> None:
+async def _deliver(message: str, payload: dict[str, Any]) -> None:
     await deliver_webhook(payload)
     if settings.ADMINS:
         await sync_to_async(mail_admins)(message, message, fail_silently=True)
 
 
-async def deliver_webhook(payload: dict) -> None:
+async def deliver_webhook(payload: dict[str, Any]) -> None:
     """POST `payload` to GP_ALERT_WEBHOOK_URL, if set; a failure is logged, never raised."""
     if settings.GP_ALERT_WEBHOOK_URL:
         try:

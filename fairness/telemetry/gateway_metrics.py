@@ -14,7 +14,7 @@ import hmac
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 from django.conf import settings
@@ -28,7 +28,6 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from fairness.gateway.accounting import (
     USAGE_OUTBOX_DROPPED,
@@ -43,6 +42,12 @@ from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import usage
+
+if TYPE_CHECKING:
+    # prometheus_client leaves this one untyped: what the checker is to see.
+    def floatToGoString(d: float) -> str: ...
+else:
+    from prometheus_client.utils import floatToGoString
 
 _LE = {floatToGoString(b): i for i, b in enumerate(WAIT_BUCKETS)}
 

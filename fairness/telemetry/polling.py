@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -55,7 +56,7 @@ class Reading:
     def healthy(self) -> bool:
         return self.snapshot is not None
 
-    def summary(self, gateway_waiting: float) -> dict:
+    def summary(self, gateway_waiting: float) -> dict[str, Any]:
         snap, rates = self.snapshot, self.rates
         return {
             "name": self.replica.name,
@@ -167,7 +168,7 @@ def _store_samples(readings: list[Reading], share: dict[str, float]) -> None:
     )
 
 
-async def latest_readings() -> list[dict]:
+async def latest_readings() -> list[dict[str, Any]]:
     """What the last poll saw of every replica, for the pages and the API."""
     raw = await redis_async().hgetall(keyspace.TELEMETRY_LATEST)
     return sorted((json.loads(v) for v in raw.values()), key=lambda r: r["name"])

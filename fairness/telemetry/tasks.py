@@ -3,8 +3,9 @@
 import asyncio
 import datetime as dt
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
@@ -21,6 +22,12 @@ from fairness.telemetry import (
     usage,
     usage_rollup,
 )
+
+if TYPE_CHECKING:
+    # Celery ships no types: its decorator as the checker is to see it (the tasks stay Any to it).
+    def shared_task(**options: Any) -> Callable[[Callable[..., Any]], Any]: ...
+else:
+    from celery import shared_task
 
 
 @shared_task(name="fairness.flush_usage")

@@ -6,8 +6,9 @@ import bisect
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDay
 
 from fairness.models import QUEUE_WAIT_BUCKETS_MS, ApiKey, UsageHourly, UsageRecord
@@ -21,7 +22,7 @@ def bucket_of(queued_ms: int) -> int:
 
 def add(records: Iterable[UsageRecord]) -> None:
     """Fold records into their hourly rows (inside the caller's transaction)."""
-    totals: dict[tuple[int, int | None, dt.datetime], dict] = defaultdict(
+    totals: dict[tuple[int, int | None, dt.datetime], dict[str, Any]] = defaultdict(
         lambda: {"requests": 0, "errors": 0, "prompt": 0, "completion": 0, "waits": [0] * BUCKETS}
     )
     records = list(records)
@@ -62,7 +63,7 @@ def wait_percentile(counts: list[int], q: float) -> int | None:
     return QUEUE_WAIT_BUCKETS_MS[-1]
 
 
-def summary(rows) -> dict:
+def summary(rows: Iterable[UsageHourly]) -> dict[str, Any]:
     """Requests, tokens and queue-wait median / p95 over some UsageHourly rows."""
     waits = [0] * BUCKETS
     requests = prompt = completion = errors = 0
@@ -79,7 +80,7 @@ def summary(rows) -> dict:
     }
 
 
-def per_day(rows) -> list[dict]:
+def per_day(rows: QuerySet[UsageHourly]) -> list[dict[str, Any]]:
     """Requests and tokens per day, for the usage chart."""
     return list(
         rows.annotate(day=TruncDay("hour")).values("day").order_by("day").annotate(

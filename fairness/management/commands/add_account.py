@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from fairness.management.audited import AuditedCommand
 from fairness.models import Account
@@ -10,7 +12,7 @@ class Command(AuditedCommand):
     help = ("Add an account to the fair-share tree (a lab, a project under it), or with --update "
             "change an existing one's shares, parent or models. `manage.py sshare` shows the tree.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="Letters, digits and . @ + - _ only.")
         parser.add_argument("--parent", default=None, help="The account it sits under; leave out for the top.")
         parser.add_argument("--top", action="store_true", help="With --update: move it to the top of the tree.")
@@ -23,7 +25,8 @@ class Command(AuditedCommand):
         parser.add_argument("--update", action="store_true",
                             help="Change the account named, which must exist, instead of adding one.")
 
-    def handle(self, *args, name, parent, top, shares, description, update, models, **options):
+    def handle(self, *args: Any, name: str, parent: str | None, top: bool, shares: int | None, description: str,
+               update: bool, models: str | None, **options: Any) -> None:
         if shares is not None and not 1 <= shares <= accounts.MAX_SHARES:
             raise CommandError(f"--shares must be a whole number from 1 to {accounts.MAX_SHARES:,}")
         if "\x00" in name + description + (parent or "") + (models or ""):
@@ -41,7 +44,8 @@ class Command(AuditedCommand):
         except ValidationError as exc:
             raise CommandError(_messages(exc)) from None
 
-    def _add(self, existing, name, parent, shares, description, allowed):
+    def _add(self, existing: Account | None, name: str, parent: Account | None, shares: int | None, description: str,
+             allowed: list[str] | None) -> None:
         if existing is not None:
             raise CommandError(f"An account named {name!r} exists already. Add --update to change its shares "
                                "or parent.")
@@ -49,7 +53,8 @@ class Command(AuditedCommand):
         self.stdout.write(f"Added account {account.name} {_where(account)} with {_shares(account.shares)}"
                           f"{_models(account)}.")
 
-    def _change(self, account, name, parent, shares, top, description, allowed):
+    def _change(self, account: Account | None, name: str, parent: Account | None, shares: int | None, top: bool,
+                description: str, allowed: list[str] | None) -> None:
         if account is None:
             raise CommandError(f"No account named {name!r}; leave out --update to add it.")
         if description:

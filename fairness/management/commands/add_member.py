@@ -1,6 +1,8 @@
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from fairness.management.audited import AuditedCommand
 from fairness.models import Account
@@ -11,7 +13,7 @@ class Command(AuditedCommand):
     help = ("Add a user to an account (or change their shares there). Their keys that name no "
             "account charge their default account.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("account")
         parser.add_argument("user", help="An existing username.")
         parser.add_argument("--shares", type=int, default=None,
@@ -20,7 +22,7 @@ class Command(AuditedCommand):
         parser.add_argument("--default", action="store_true",
                             help="Make this their default account (a user's first account is anyway).")
 
-    def handle(self, *args, account, user, shares, default, **options):
+    def handle(self, *args: Any, account: str, user: str, shares: int | None, default: bool, **options: Any) -> None:
         if shares is not None and not 1 <= shares <= accounts.MAX_SHARES:
             raise CommandError(f"--shares must be a whole number from 1 to {accounts.MAX_SHARES:,}")
         if "\x00" in account + user:

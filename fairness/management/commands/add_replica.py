@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from fairness.management.audited import AuditedCommand
 from fairness.models import Replica, Tier
@@ -9,7 +11,7 @@ from fairness.portal import actions
 class Command(AuditedCommand):
     help = "Register (or update) an engine replica the gateway forwards to."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--name", required=True)
         parser.add_argument("--url", required=True, help="Base URL without /v1")
         parser.add_argument("--model", required=True)
@@ -20,7 +22,7 @@ class Command(AuditedCommand):
         parser.add_argument("--tiers", default=None, help="Serve only these tiers, e.g. interactive,batch "
                             "('' for every tier); leave out to keep the ones a replica has.")
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         replica = Replica.objects.filter(name=opts["name"]).first() or Replica(name=opts["name"])
         fields = {
             "base_url": opts["url"].rstrip("/"), "model": opts["model"],

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.core.management.base import BaseCommand
 
 from fairness.gateway.budget_rules import tokens_in_words
@@ -8,7 +10,7 @@ class Command(BaseCommand):
     help = ("Every token budget that still matters, with what its holder used (and holds in running "
             "requests), what is left, and when it resets. `manage.py set_budget` sets one.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         table = all_lines()
         if not table:
             self.stdout.write("(no budgets: `manage.py set_budget` sets one)")

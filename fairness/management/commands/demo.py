@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fairness.demo.default_tiers import ensure_default_tiers
 from fairness.models import ApiKey, Replica, Tier
@@ -58,7 +59,7 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def stop_all(children: list[subprocess.Popen], patience: float = STOP_PATIENCE_SECONDS,
+def stop_all(children: list[subprocess.Popen[bytes]], patience: float = STOP_PATIENCE_SECONDS,
              deadline: float = STOP_DEADLINE_SECONDS) -> None:
     """Stop every child and everything it started (each child leads a process group of its own):
     SIGTERM to all groups at once, SIGKILL to those still there after `patience` seconds."""
@@ -85,7 +86,7 @@ def stop_all(children: list[subprocess.Popen], patience: float = STOP_PATIENCE_S
 class Command(BaseCommand):
     help = "Start two enginesim replicas, a Celery worker with beat, and the gateway."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="The gateway's port.")
         parser.add_argument("--engine-ports", default="8101,8102")
         parser.add_argument("--model", default="demo")
@@ -95,7 +96,8 @@ class Command(BaseCommand):
                             help="Run demo traffic (alice and bob chat, carol runs a batch job) "
                                  "so the capacity page moves; --no-traffic for a quiet portal.")
 
-    def handle(self, *args, port, engine_ports, model, speed, traffic, log_dir, **options):
+    def handle(self, *args: Any, port: int, engine_ports: str, model: str, speed: float, traffic: bool,
+               log_dir: str | None, **options: Any) -> None:
         # Ctrl-C and SIGTERM stop the demo from here on, whether one arrives or several: `make`
         # passes a SIGTERM on to us, and a Ctrl-C reaches us and `make` together.
         stopping = False
@@ -107,10 +109,10 @@ class Command(BaseCommand):
             stopping = True
             raise _Stop
 
-        previous: dict[int, Callable | int | None] = {
+        previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {
             signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         }
-        children: list[subprocess.Popen] = []
+        children: list[subprocess.Popen[bytes]] = []
         try:
             self._run(children, port, engine_ports, model, speed, traffic, log_dir)
         except _Stop:
@@ -125,7 +127,7 @@ class Command(BaseCommand):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
-    def _run(self, children: list[subprocess.Popen], port: int, engine_ports: str, model: str,
+    def _run(self, children: list[subprocess.Popen[bytes]], port: int, engine_ports: str, model: str,
              speed: float, traffic: bool, log_dir_option: str | None) -> None:
         call_command("migrate", verbosity=0)
         # Hashed, compressed static files, as in production: see gpuportal/static_storage.py.
@@ -182,7 +184,7 @@ class Command(BaseCommand):
             name=name, defaults={"base_url": url, "model": model, "max_num_seqs": 8, "enabled": True}
         )
 
-    def _wait_until_up(self, url: str, children: list[subprocess.Popen]) -> None:
+    def _wait_until_up(self, url: str, children: list[subprocess.Popen[bytes]]) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if any(child.poll() is not None for child in children):

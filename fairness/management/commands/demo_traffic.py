@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fairness.demo import traffic_generator
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         "think time between turns) and a batch job per --batch-key (several long requests at once)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000",
                             help="The gateway, without /v1.")
         parser.add_argument("--model", default="demo")
@@ -37,8 +38,8 @@ class Command(BaseCommand):
         parser.add_argument("--minutes", type=float, default=None, help="Stop after this long.")
         parser.add_argument("--seed", type=int, default=None)
 
-    def handle(self, *args, url, model, key, batch_key, batch_concurrency, minutes, seed,
-               **options):
+    def handle(self, *args: Any, url: str, model: str, key: list[str] | None, batch_key: list[str] | None,
+               batch_concurrency: int, minutes: float | None, seed: int | None, **options: Any) -> None:
         plan = traffic_generator.TrafficPlan(
             url=url, model=model,
             interactive_keys=_keys(key, "GP_TRAFFIC_KEYS"),

@@ -1,7 +1,7 @@
-from typing import cast
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from fairness.management.audited import AuditedCommand
 from fairness.models import AdminToken
@@ -15,13 +15,13 @@ class Command(AuditedCommand):
     help = ("Issue a token for the admin JSON API to a staff member; it acts as them. "
             "The secret is printed once, alone on the last line.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", required=True, help="An active staff member's username.")
         parser.add_argument("--label", default="", help="What it is for, e.g. “nightly user sync”.")
         parser.add_argument("--expires-days", type=int, default=None,
                             help="Leave out for a token that does not expire.")
 
-    def handle(self, *args, user, label, expires_days, **options):
+    def handle(self, *args: Any, user: str, label: str, expires_days: int | None, **options: Any) -> None:
         if expires_days is not None and not 1 <= expires_days <= 3650:
             raise CommandError("--expires-days must be from 1 to 3650")
         if len(label) > LABEL_MAX or "\x00" in label:

@@ -1,10 +1,10 @@
 import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from django.db.models import Field
 
@@ -20,7 +20,7 @@ LABEL_MAX = cast(int, ApiKey._meta.get_field("label").max_length)  # a CharField
 class Command(AuditedCommand):
     help = "Issue an API key; the secret is printed once, alone on the last line."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", required=True, help="The key's owner, an existing username.")
         parser.add_argument("--create-user", action="store_true",
                             help="Create the user first if there is none.")
@@ -38,8 +38,9 @@ class Command(AuditedCommand):
         parser.add_argument("--no-add-people", action="store_true",
                             help="Refuse a person the portal does not know instead of adding them.")
 
-    def handle(self, *args, user, tier, label, expires_days, create_user, front_end=None, jwt_secret_file=None,
-               trust_plain_headers=False, no_add_people=False, **options):
+    def handle(self, *args: Any, user: str, tier: str, label: str, expires_days: int | None, create_user: bool,
+               front_end: str | None = None, jwt_secret_file: str | None = None, trust_plain_headers: bool = False,
+               no_add_people: bool = False, **options: Any) -> None:
         try:
             tier_obj = Tier.objects.get(name=tier)
         except Tier.DoesNotExist:
@@ -59,7 +60,8 @@ class Command(AuditedCommand):
                                "to create them.")
         if created:
             try:
-                cast(Field, User._meta.get_field(User.USERNAME_FIELD)).run_validators(user)  # a concrete field
+                cast("Field[Any, Any]",
+                     User._meta.get_field(User.USERNAME_FIELD)).run_validators(user)  # a concrete field
             except ValidationError as exc:
                 raise CommandError(f"--user: {' '.join(exc.messages)}") from None
         actor = self.actor()

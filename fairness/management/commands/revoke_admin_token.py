@@ -1,4 +1,6 @@
-from django.core.management.base import CommandError
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import Q
 
 from fairness.gateway.api_keys import hash_secret
@@ -10,10 +12,10 @@ from fairness.portal import actions
 class Command(AuditedCommand):
     help = "Revoke an admin token by its visible prefix (e.g. gpa-AbCdEfGh) or its whole secret."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("token", help="The prefix shown on the staff pages, or the secret itself.")
 
-    def handle(self, *args, token, **options):
+    def handle(self, *args: Any, token: str, **options: Any) -> None:
         given = token.strip().rstrip("…")  # the pages show the prefix with an ellipsis
         found = AdminToken.objects.select_related("owner").filter(
             Q(prefix=given) | Q(secret_hash=hash_secret(given))

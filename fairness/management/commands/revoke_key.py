@@ -1,4 +1,6 @@
-from django.core.management.base import CommandError
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
 
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
 from fairness.management.audited import AuditedCommand
@@ -9,11 +11,11 @@ from fairness.portal import actions
 class Command(AuditedCommand):
     help = "Revoke an API key by its visible prefix (e.g. gp-AbCdEfGh) or its whole secret."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("key", help="The prefix shown on the pages, or the whole secret "
                             "(a leaked key, say).")
 
-    def handle(self, *args, key, **options):
+    def handle(self, *args: Any, key: str, **options: Any) -> None:
         given = key.strip().rstrip("…")  # the pages show the prefix with an ellipsis
         keys = ApiKey.objects.select_related("owner")
         if given.startswith(SECRET_PREFIX) and len(given) > VISIBLE_CHARS:

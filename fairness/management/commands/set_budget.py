@@ -1,7 +1,8 @@
 import datetime as dt
+from typing import Any, cast
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from fairness.management.audited import AuditedCommand
@@ -15,7 +16,7 @@ class Command(AuditedCommand):
             "that replaces the standing budget through that day; with --remove, remove the budget. "
             "`manage.py budgets` lists them.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         holder = parser.add_mutually_exclusive_group(required=True)
         holder.add_argument("--account", help="An account: the budget counts its whole subtree.")
         holder.add_argument("--user", help="A user: the budget of their association with --in ACCOUNT.")
@@ -30,15 +31,16 @@ class Command(AuditedCommand):
         parser.add_argument("--remove", action="store_true",
                             help="Remove the holder's budget of --period (with --until: its raise).")
 
-    def handle(self, *args, account, user, key, in_account, tokens, period, window_hours, until, remove,
-               **options):
+    def handle(self, *args: Any, account: str | None, user: str | None, key: str | None, in_account: str,
+               tokens: int | None, period: str | None, window_hours: int | None, until: str | None, remove: bool,
+               **options: Any) -> None:
         if in_account and not user:
             raise CommandError("--in goes with --user: the account of the user's association.")
         if period is None:
             raise CommandError(f"--period is needed: one of {', '.join(budgets.PERIODS)}.")
         kind, name = ("account", account) if account else ("user", user) if user else ("key", key)
         try:
-            holder = budgets.holder_of(kind, name, in_account)
+            holder = budgets.holder_of(kind, cast(str, name), in_account)  # the required group gives one
         except ValidationError as exc:
             raise CommandError(_messages(exc, {"holder": f"--{kind}", "account": "--in"})) from None
         ends = _date(until)
@@ -56,7 +58,7 @@ class Command(AuditedCommand):
                           f"{budget.get_period_display()}{raised}.")
         return None
 
-    def _remove(self, holder, period: str, raised: bool) -> None:
+    def _remove(self, holder: budgets.Holder, period: str, raised: bool) -> None:
         found = Budget.objects.filter(**holder, period=period)
         found = found.filter(until__gt=timezone.now()) if raised else found.filter(until=None)
         budget = found.first()

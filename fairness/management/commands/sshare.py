@@ -1,7 +1,8 @@
 import dataclasses
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from fairness.portal.fair_share_report import Row, rows
 
@@ -14,11 +15,11 @@ class Command(BaseCommand):
             "S of the whole card, EffectvUsage the part U of everyone's decayed usage, and "
             "FairShare F = 2^(-U/S): 1 for nothing used, 0.5 for exactly one's share.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", dest="as_json",
                             help="The rows as JSON (the admin API's GET /api/admin/accounts gives the same).")
 
-    def handle(self, *args, as_json: bool, **options):
+    def handle(self, *args: Any, as_json: bool, **options: Any) -> None:
         table = rows()
         self.stdout.write(json.dumps([dataclasses.asdict(row) for row in table], indent=2) if as_json
                           else as_table(table))

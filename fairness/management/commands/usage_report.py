@@ -1,8 +1,9 @@
 import datetime as dt
 import json
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from fairness.portal import usage_report
@@ -31,14 +32,14 @@ class Command(BaseCommand):
             "accounts under it, each followed by its users; other groupings (user, key, model, tier, or two "
             "of them) list one row per group. Defaults to this month so far.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--from", dest="start", help="First day, YYYY-MM-DD (default: the 1st of this month).")
         parser.add_argument("--to", dest="end", help="The day after the last, YYYY-MM-DD (default: tomorrow).")
         parser.add_argument("--by", default="account,user",
                             help=f"One or two of {', '.join(usage_report.GROUPS)}, comma-separated.")
         parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
-    def handle(self, *args, start: str | None, end: str | None, by: str, format: str, **options):
+    def handle(self, *args: Any, start: str | None, end: str | None, by: str, format: str, **options: Any) -> None:
         today = timezone.now().date()
         first = _date(start) if start else today.replace(day=1)
         last = _date(end) if end else today + dt.timedelta(days=1)
