@@ -234,7 +234,7 @@ ADMISSION_COUNTERS = ("gin", "gq", "kin", "kq", "pin", "pbin", "pq")
 
 async def admission_counts(client: Any, prefix: str) -> dict[str, dict[str, int]]:
     """The gateway's admission counters: in flight and queued per group, tier ("pool") and key.
-    Read-only HGETALLs of the hashes ``fairness/lua/lib.lua`` documents (the stats script would
+    Read-only HGETALLs of the hashes ``fairness/scheduling/lua/lib/state.lua`` documents (the stats script would
     also reap and pump, which an observer should not do). ``client`` decodes responses."""
     ns = f"{prefix}:{{adm}}:"
     async with client.pipeline(transaction=False) as pipe:

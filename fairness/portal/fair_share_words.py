@@ -1,6 +1,6 @@
 """The fair-share policy in plain words, for the public capacity page and the staff accounts page.
 
-Each sentence must stay true of what admission does (scheduling/lua/lib.lua): usage that halves
+Each sentence must stay true of what admission does (scheduling/lua/lib/fair_share.lua): usage that halves
 every GP_FAIRSHARE_HALF_LIFE_HOURS, and a heavy user's request ranked later within its tier by at
 most the tier's fairshare_weight_seconds, while ageing still moves it forward.
 """

@@ -8,7 +8,7 @@ A ticket whose key or pool is at its cap is skipped, not waited on; and time spe
 key's cap does not age it: when that cap opens, the key's waiting tickets count from then (else a
 key that queues many requests would outrank everyone each time one of its own finished). All
 decisions are Lua functions (``lua/``, one Redis round trip each), so any number of gateway
-processes share one consistent state; the key layout is documented in ``lua/lib.lua``.
+processes share one consistent state; the key layout is documented in ``lua/lib/state.lua``.
 
 Per process there is one pub/sub channel (grants are pushed to it and dispatched to the waiting
 coroutine by handle) and, only while this process holds a lease or a ticket, one keeper task that
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore")
+_LIB_PARTS = ("state", "replicas", "fair_share", "limits", "queue", "revocable", "upkeep")
 # Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
 _MAX_RETRY_AFTER = 30
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
@@ -68,7 +69,7 @@ _UPKEEP_RETRY_SECONDS = 0.05
 
 
 class Reply(IntEnum):
-    """The first field of acquire.lua's reply (lib.lua's REPLY; a test holds the two together)."""
+    """The first field of acquire.lua's reply (lua/lib/state.lua's REPLY; a test holds the two together)."""
 
     GRANTED = 1
     QUEUED = 0
@@ -84,7 +85,7 @@ _COMPLETION_LIMIT_AT = {Reply.GRANTED: 5, Reply.QUEUED: 4}
 
 
 class _Library(NamedTuple):
-    """The admission scripts as one Redis function library (Redis 7+): lib.lua runs once when it
+    """The admission scripts as one Redis function library (Redis 7+): lua/lib/ runs once when it
     is loaded, not on every call as it would at the head of each EVAL'd script. Its name carries
     a hash of its text, so processes running different versions each call their own."""
 
@@ -92,8 +93,13 @@ class _Library(NamedTuple):
     functions: dict[str, str]  # script name -> function name
 
 
+def library_head() -> str:
+    """lua/lib/'s parts joined in their order: the helpers every entry script is registered after."""
+    return "".join((_LUA_DIR / "lib" / f"{part}.lua").read_text() for part in _LIB_PARTS)
+
+
 def _library() -> _Library:
-    lib = (_LUA_DIR / "lib.lua").read_text()
+    lib = library_head()
     entries = {entry: (_LUA_DIR / f"{entry}.lua").read_text() for entry in _SCRIPTS}
     name = "gp_" + hashlib.sha1((lib + "".join(entries.values())).encode()).hexdigest()[:16]
     functions = {entry: f"{name}_{entry}" for entry in entries}

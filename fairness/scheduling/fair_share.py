@@ -5,7 +5,7 @@ each node's shares over the sum of its siblings' shares, the last step being the
 among the account's members. Its usage U is its part of everyone's decayed usage, so F = 2^(-U/S):
 1 for whoever has used nothing, 0.5 for exactly one's share, towards 0 beyond it. Usage decays
 exponentially with a half-life, stored as (value, the time it was valued at), so no task ever has
-to walk all associations to decay them; the admission scripts compute the same (lua/lib.lua).
+to walk all associations to decay them; the admission scripts compute the same (lua/lib/fair_share.lua).
 
 Pure Python: no Django, no Redis.
 """

@@ -1,4 +1,4 @@
-"""Budgets and rate limits as admission checks them (lua/lib.lua), in the same round trip that
+"""Budgets and rate limits as admission checks them (lua/lib/limits.lua), in the same round trip that
 queues or grants the request.
 
 A budget window is a Redis counter of settled weighted tokens plus one of reservations: a request

@@ -52,7 +52,7 @@ def pairs(flat: list[Any]) -> dict[str, str]:
 def parse_stats(reply: list[Any], now: float) -> Stats:
     """The stats script's reply as counts per capacity group, tier and key."""
     cap, gq, kq, pq, rcap = (pairs(reply[i]) for i in (0, 2, 4, 7, 8))
-    # The in-flight counters keep their zeros (lib.lua): a name with nothing in flight is absent here.
+    # The in-flight counters keep their zeros (lua/lib/state.lua): a name with nothing in flight is absent here.
     gin, kin, pin, pbin, rin = ({k: v for k, v in pairs(reply[i]).items() if v != "0"} for i in (1, 3, 5, 6, 9))
     oldest = {pool: now - float(at) for pool, at in pairs(reply[10]).items()}
     groups: dict[str, GroupStats] = {

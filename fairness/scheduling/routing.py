@@ -16,7 +16,7 @@ et al.) skips a replica that would exceed ceil((1 + ε) · (in flight + 1) / N) 
 for the next in the key's order; all skipped, the least loaded by in_flight / max_num_seqs wins.
 
 Where it runs: admission applies the rule in Redis when it grants a lease (choose_replica in
-lua/lib.lua), over every replica's leases in flight, so the lease and the replica's slot are one
+lua/lib/replicas.lua), over every replica's leases in flight, so the lease and the replica's slot are one
 atomic step: no replica is ever sent more than its slots, however many gateway processes route,
 and the counts end with the leases. `choose` below is the same rule in Python, its specification:
 tests check the script against it.

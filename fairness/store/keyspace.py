@@ -15,7 +15,7 @@ PREFIX = "gp"
 
 # -- admission (scheduling/admission.py) --------------------------------------------------------
 # Its Lua scripts get this namespace as KEYS[1] and derive every key they touch from it; the
-# layout of those keys is documented in scheduling/lua/lib.lua. Leases and tickets expire with
+# layout of those keys is documented in scheduling/lua/lib/state.lua. Leases and tickets expire with
 # the lease TTL unless renewed; the counters live as long as anything is in flight or queued.
 ADMISSION_NAMESPACE = PREFIX + ":{adm}:"
 # hashes inside the namespace that the pages read: key id -> leases in flight, tickets queued;

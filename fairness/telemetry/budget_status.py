@@ -2,7 +2,7 @@
 the database's counts back after Redis lost them, or when a budget is set partway through its
 period; and the one-time notice at 80%.
 
-Redis holds the live counters (admission reserves and settles them, lua/lib.lua); the usage
+Redis holds the live counters (admission reserves and settles them, lua/lib/limits.lua); the usage
 records in the database are the truth they are rebuilt from when Redis restarts empty, so a
 restart loses at most what the flush task had not yet written (a couple of seconds).
 """
@@ -85,7 +85,7 @@ def status_of(budgets: list[Budget], now: float | None = None) -> list[BudgetSta
 
 
 def _window_key(window: BudgetWindow) -> str:
-    """Admission's hash for the window (lua/lib.lua): r reserved, u or u<bucket> settled."""
+    """Admission's hash for the window (lua/lib/limits.lua): r reserved, u or u<bucket> settled."""
     return _namespace() + "bw:" + window.field
 
 

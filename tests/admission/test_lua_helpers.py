@@ -1,19 +1,16 @@
-"""lib.lua's helpers on their own, through a library of test entries loaded beside them into a
+"""lua/lib/'s helpers on their own, through a library of test entries loaded beside them into a
 private Redis (functions are server-wide, so not the suite's shared one), and the reply states
 that acquire.lua and admission.py must name alike."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
-from fairness.scheduling.admission import Reply
+from fairness.scheduling.admission import Reply, library_head
 from tests.redis_server import PrivateRedis
-
-LIB = Path(__file__).parents[2] / "fairness" / "scheduling" / "lua" / "lib.lua"
 
 # Each entry runs after begin(KEYS, ARGV), as admission's own do; ARGV[5..] are its arguments.
 ENTRIES = {
@@ -41,7 +38,7 @@ ENTRIES = {
 def lua() -> Iterator[redis.Redis]:
     server = PrivateRedis().start()
     client = redis.Redis.from_url(server.url())
-    code = ["#!lua name=gp_test_helpers", LIB.read_text()]
+    code = ["#!lua name=gp_test_helpers", library_head()]
     for name, body in ENTRIES.items():
         code += [f"redis.register_function('t_{name}', function(KEYS, ARGV)", "begin(KEYS, ARGV)", body, "end)"]
     client.function_load("\n".join(code), replace=True)

@@ -1,5 +1,5 @@
 -- acquire.lua: take a lease at once if the demand is admissible, else queue a ticket.
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5]  handle (the future lease id)     ARGV[6] key id    ARGV[7] pool (tier)   ARGV[8] group
 -- ARGV[9]  key cap    ARGV[10] pool cap ("" = none)    ARGV[11] head start (s)   ARGV[12] borrow 0/1
 -- ARGV[13] max queued per key (-1 = no limit)    ARGV[14] enqueued_at    ARGV[15] deadline
@@ -11,17 +11,17 @@
 -- ARGV[21] association charged ("" = none)   ARGV[22] its normalised share S
 -- ARGV[23] the tier's fair-share weight (s)   ARGV[24] usage half-life (s)
 -- ARGV[25] the request's estimated weighted tokens, charged to the association when granted
--- ARGV[26] budgets "field~ttl~limit,..." (lib.lua): refused when one is used up, else the
+-- ARGV[26] budgets "field~ttl~limit,..." (lib/limits.lua): refused when one is used up, else the
 --          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
 -- ARGV[28] 1 = revocable: a borrowed grant may take the reserve but a spare slot, and is asked
---          back when needed (lib.lua); granted within its caps, it is no chat that wants a spare
+--          back when needed (lib/revocable.lua); granted within its caps, it is no chat that wants a spare
 -- ARGV[29] max queued in the pool (tier) across its keys (-1 = no limit)
 -- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
--- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib.lua completion_room), or
+-- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib/limits.lua completion_room), or
 --          "": the estimate becomes its weighted prompt and the completion limit its budgets
 --          leave, and that is what is reserved, charged and answered (a limit below least: {over_budget})
 -- ARGV[32] 1 = a repeated call for this handle (it may hold a ticket or lease already), 0 = first
--- Returns, first the state (lib.lua's REPLY; admission.py's Reply):
+-- Returns, first the state (lib/state.lua's REPLY; admission.py's Reply):
 --          {granted, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no
 --              message is published); budget left: the least any of its budgets has left after
 --              its reservation, or ''; limit: the completion limit granted, or ''

@@ -1,6 +1,6 @@
 -- capacity.lua: set a capacity group's replicas and their engine slots (max_num_seqs; 0 while a
 -- replica is down), and grant whatever the new capacity allows.
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5]  group    ARGV[6] "epsilon|floor" of its bounded-load routing
 -- ARGV[7]  the config epoch's key    ARGV[8] the epoch the caller read its replicas under; "-": it
 --          read none (Redis had lost it), so any epoch set since makes it stale; "": any

@@ -1,5 +1,5 @@
 -- leave.lua: a waiter gives up (cancelled, timed out, shutting down).
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5]  handle    ARGV[6] keep: 1 = if the ticket was granted meanwhile, keep the lease
 -- Returns  {0}                             the ticket left the queue
 --          {1, borrowed 0/1, queued_secs, replica}  granted meanwhile and keep=1: the lease stands

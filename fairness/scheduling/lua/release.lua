@@ -1,5 +1,5 @@
 -- release.lua: give a lease back, settle its association's charge, and grant whoever can now run.
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5]  handle of the lease ("" for none: a charge alone)
 -- ARGV[6]  association charged ("" = none)    ARGV[7] weighted tokens the request really used
 -- ARGV[8]  the estimate its grant charged already (so ARGV[7] - ARGV[8] is charged now)

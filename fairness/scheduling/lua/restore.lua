@@ -1,5 +1,5 @@
 -- restore.lua: add the database's copy of fair-share usage back, once after Redis lost it.
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5..] association, its usage decayed to now, association, usage, ...
 -- Returns  1 if added, 0 if this Redis already has it (added before, or never lost).
 -- Charges made since Redis restarted stay: decayed usage adds up.

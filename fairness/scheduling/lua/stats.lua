@@ -1,5 +1,5 @@
 -- stats.lua: the live counters, after reaping the dead (so a killed process's leases vanish here).
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- Returns  {cap, gin, gq, kin, kq, pin, pbin, pq, rcap, rin, oldest}: each a flat HGETALL-style list
 --          {field, value, ...}; oldest = {pool, enqueued_at of its oldest waiting ticket, ...}
 reap()

@@ -1,7 +1,7 @@
 -- tick.lua: one process's periodic upkeep, in one call: renew its leases, heartbeat its waiting
 -- tickets, reap the dead, recount the waiting, score waiting associations again (at most once a second), and pump
 -- every group with a queue (covers lost pub/sub messages).
--- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib.lua)
+-- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
 -- ARGV[5]  n, the number of lease handles that follow
 -- ARGV[6 .. 5+n]  lease handles to renew;  ARGV[6+n ..]  handles of this process's waiting tickets
 -- Returns  {lost, news}: lost = lease handles no longer held (expired: renew came too late);
