@@ -20,7 +20,8 @@ from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
 from fairness.gateway.model_access import EVERY_MODEL, ModelAccess, model_access_of
 from fairness.gateway.read_through import ReadThrough
-from fairness.models import ApiKey, Membership, Tier
+from fairness.gateway.tier_policy import TierPolicy
+from fairness.models import ApiKey, Membership
 from fairness.scheduling.limits import RateLimit
 from fairness.scheduling.units import unit_of
 
@@ -32,46 +33,6 @@ VISIBLE_CHARS = 11  # "gp-" and 8 characters: enough to tell keys apart, useless
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class TierPolicy:
-    name: str
-    per_key_concurrency: int
-    pool_concurrency: int | None
-    head_start_seconds: float
-    max_queue_wait_seconds: float
-    max_queued_per_key: int
-    max_queued: int | None
-    engine_priority: int
-    borrow_idle_slots: bool
-    isolate_prefix_cache: bool
-    fairshare_weight_seconds: float
-    # Per-person and tier-wide rate limits (0: none).
-    person_requests_per_minute: int = 0
-    person_tokens_per_minute: int = 0
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-
-    @classmethod
-    def of(cls, tier: Tier) -> TierPolicy:
-        return cls(
-            name=tier.name,
-            per_key_concurrency=tier.per_key_concurrency,
-            pool_concurrency=tier.pool_concurrency,
-            head_start_seconds=tier.head_start_seconds,
-            max_queue_wait_seconds=tier.max_queue_wait_seconds,
-            max_queued_per_key=tier.max_queued_per_key,
-            max_queued=tier.max_queued,
-            engine_priority=tier.engine_priority,
-            borrow_idle_slots=tier.borrow_idle_slots,
-            isolate_prefix_cache=tier.isolate_prefix_cache,
-            fairshare_weight_seconds=tier.fairshare_weight_seconds,
-            person_requests_per_minute=tier.key_requests_per_minute or 0,
-            person_tokens_per_minute=tier.key_tokens_per_minute or 0,
-            requests_per_minute=tier.requests_per_minute or 0,
-            tokens_per_minute=tier.tokens_per_minute or 0,
-        )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from fairness.models import Account, ApiKey, Budget
 from fairness.scheduling.limits import BudgetWindow, RateLimit
 
 if TYPE_CHECKING:
-    from fairness.gateway.api_keys import TierPolicy
+    from fairness.gateway.tier_policy import TierPolicy
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Accounts and memberships (the fair-share tree): staff's audited changes, and every key's
-default association."""
+"""Accounts and memberships (the fair-share tree): staff's audited changes. (Every key's default
+association is default_membership.py's.)"""
 
 from __future__ import annotations
 
@@ -21,26 +21,6 @@ MAX_SHARES = 1_000_000
 def _check_shares(shares: int) -> None:
     if not 1 <= shares <= MAX_SHARES:
         raise ValidationError({"shares": f"Shares are a whole number from 1 to {MAX_SHARES:,}."})
-
-
-def default_membership(user: User) -> Membership:
-    """The association a key charges when none is named: the user's default, or, for a user in
-    no account yet, a new account of their own (shares 1, at the top of the tree)."""
-    membership = Membership.objects.filter(user=user, is_default=True).select_related("account").first()
-    if membership is not None:
-        return membership
-    with transaction.atomic():
-        other = Membership.objects.filter(user=user).order_by("pk").first()
-        if other is not None:
-            other.is_default = True
-            other.save(update_fields=["is_default"])
-            return other
-        name, n = user.get_username(), 1
-        while Account.objects.filter(name=name).exists():
-            n += 1
-            name = f"{user.get_username()}-{n}"
-        account = Account.objects.create(name=name, description=f"{user.get_username()}'s own account")
-        return Membership.objects.create(account=account, user=user, is_default=True)
 
 
 @transaction.atomic

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
 from fairness.models import ApiKey, Membership, Tier
+from fairness.portal.default_membership import default_membership
 from fairness.portal.front_end_keys import NONE, FrontEnd
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ def issue_key(
     (the owner's association with an account), by default the owner's default one. `created_by`:
     who made it (staff, or the owner on their own page); None for a command. `front_end`: the
     front end it speaks for, already checked (front_end_keys.requested)."""
-    from fairness.portal.accounts import default_membership  # accounts audits through actions
-
     if membership is None:
         membership = default_membership(owner)
     elif membership.user_id != owner.pk:

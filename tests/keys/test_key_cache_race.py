@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 
-from fairness.gateway.api_keys import KeyCache, KeyInfo, TierPolicy
+from fairness.gateway.api_keys import KeyCache, KeyInfo
 from fairness.gateway.errors import ApiError
+from fairness.gateway.tier_policy import TierPolicy
 from fairness.models import Tier
 
 SECRET = "gp-" + "s" * 43
