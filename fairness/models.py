@@ -489,7 +489,7 @@ class UsageRecord(models.Model):
             models.Index(fields=["person", "created_at"], name="usage_person_time"),
             models.Index(fields=["membership", "created_at"], name="usage_membership_time"),
         ]
-        # One row per request: the gateway may push an event again (telemetry/usage.py).
+        # One row per request: the gateway may push an event again (accounting/usage.py).
         constraints = [models.UniqueConstraint(fields=["request_id"], name="usage_one_row_per_request")]
 
     def __str__(self) -> str:

@@ -283,7 +283,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "fairness.save_fair_share_usage",
         "schedule": envfloat("GP_FAIRSHARE_SAVE_SECONDS", 60.0),
     },
-    # One e-mail per key a week before it expires (fairness/telemetry/key_expiry.py).
+    # One e-mail per key a week before it expires (fairness/accounting/key_expiry.py).
     "notify-expiring-keys": {"task": "fairness.notify_expiring_keys", "schedule": 3600.0},
 }
 # The directory's people: those gone deactivated, the rest's groups followed (fairness/portal/ldap_sync.py).

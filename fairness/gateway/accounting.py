@@ -2,7 +2,7 @@
 
 Both are Redis commands sent in the round trip that gives the request's lease back, so
 accounting costs the request path no round trip of its own. The telemetry layer reads them
-back: the flush task drains the events into the database (telemetry/usage.py) and /metrics
+back: the flush task drains the events into the database (accounting/usage.py) and /metrics
 reads the counters (telemetry/gateway_metrics.py).
 """
 
@@ -30,7 +30,7 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 #   rej|tier|reason            uperr|replica
 #   usage|pushed   usage|drained   (the usage backlog's books: see usage_commands)
 #   usage|retried  usage|outbox_dropped  usage|repushed   (the per-process outboxes: usage_outbox.py)
-#   usage|rejected   (events the flush set aside: telemetry/usage.py)
+#   usage|rejected   (events the flush set aside: accounting/usage.py)
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -83,7 +83,7 @@ def usage_commands(event: UsageEvent, backlog_max: int) -> list[Command]:
     `usage|pushed`, and the flush task adds what it takes off the list to `usage|drained`, each
     in one MULTI with its change to the list. An event neither drained nor still queued was
     dropped, so dropped = pushed - drained - queued (`dropped_events`), exact whenever the three
-    are read in one MULTI (telemetry/usage.py), however the trims and flushes interleave. (Events
+    are read in one MULTI (accounting/usage.py), however the trims and flushes interleave. (Events
     queued before this bookkeeping existed count as drained without having been pushed: the
     first that many drops after an upgrade go uncounted.)"""
     return [

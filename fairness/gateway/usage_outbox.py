@@ -16,7 +16,7 @@ A finished request's accounting goes to Redis in the round trip that gives its l
   (a release's replies stay inside admission). An event is forgotten only once the connection it
   went over has stayed up a whole retention window after it, so an outage never ages it out.
 
-Pushing an event twice is harmless: the flush writes one row per request id (telemetry/usage.py).
+Pushing an event twice is harmless: the flush writes one row per request id (accounting/usage.py).
 Retried events carry their request counters (they never reached Redis, as far as we know);
 re-pushed ones carry only the usage books (pushed), since the counters restarted from zero with
 the rest of Redis, an ordinary counter reset. A retry whose first try did reach Redis (the

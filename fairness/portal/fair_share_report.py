@@ -1,5 +1,5 @@
 """Where everyone stands: Slurm's `sshare -l`, for the command, the staff page, the admin API and
-a researcher's own page. Usage is read live from Redis (telemetry/fair_share_usage.py)."""
+a researcher's own page. Usage is read live from Redis (accounting/fair_share_usage.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from fairness.accounting.fair_share_usage import LiveUsage, half_life_seconds, live_usage
 from fairness.gateway.associations import association_id, tree_nodes
 from fairness.models import Account, Membership
 from fairness.scheduling import fair_share
-from fairness.telemetry.fair_share_usage import LiveUsage, half_life_seconds, live_usage
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

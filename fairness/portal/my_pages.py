@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
+from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, Tier, UsageHourly
 from fairness.portal import tier_policy
 from fairness.portal.budget_report import lines_for_user
@@ -18,7 +19,7 @@ from fairness.portal.fair_share_report import standing_of
 from fairness.portal.fair_share_words import half_life_in_words
 from fairness.portal.queries import EXPIRING_WITHIN, key_load, load_of_key, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
-from fairness.telemetry import latency, usage_rollup
+from fairness.telemetry import latency
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

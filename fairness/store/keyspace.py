@@ -58,7 +58,7 @@ def health_failures(replica_name: str, base_url: str) -> str:
 
 # -- accounting (gateway/accounting.py writes, telemetry reads) ---------------------------------
 # list of JSON usage events, RPUSHed in the round trip that gives a lease back, drained into the
-# database by the flush task (telemetry/usage.py); entries stay until their batch is committed,
+# database by the flush task (accounting/usage.py); entries stay until their batch is committed,
 # or until GP_USAGE_BACKLOG_MAX newer ones push them out (counted as dropped)
 USAGE_EVENTS = PREFIX + ":usage"
 # list of the raw usage events the flush set aside (not readable, or refused by the database for

@@ -18,7 +18,7 @@ does not answer) is never retried. The retry is safe for what the lane carries: 
 the batch before closing (a rare CLIENT KILL or crash between execution and reply; a restarted
 server never saw it), admission's scripts are idempotent by handle (a second release or renewal of
 the same lease changes nothing; an acquire sent twice finds its ticket or lease), and a usage
-event sent twice is written once (the flush dedupes by request id, telemetry/usage.py); only the gateway's
+event sent twice is written once (the flush dedupes by request id, accounting/usage.py); only the gateway's
 request counters would count such a request twice.
 
 Replies that are errors come back as exception instances in the reply list, not raised: the

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import mail_admins
 
+from fairness.accounting import usage
 from fairness.gateway import engine_client
 from fairness.models import SaturationAlert
 from fairness.scheduling.admission import admission_stats
@@ -24,7 +25,7 @@ from fairness.scheduling.live_counts import Stats
 from fairness.scheduling.units import parse_unit
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
-from fairness.telemetry import alert_words, queue_state, usage
+from fairness.telemetry import alert_words, queue_state
 from fairness.telemetry.polling import Reading
 from fairness.telemetry.saturation import KINDS, SaturationDetector, Transition
 

@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from fairness.accounting import usage
 from fairness.gateway.accounting import (
     USAGE_OUTBOX_DROPPED,
     USAGE_REJECTED,
@@ -41,7 +42,6 @@ from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
-from fairness.telemetry import usage
 
 if TYPE_CHECKING:
     # prometheus_client leaves this one untyped: what the checker is to see.

@@ -9,19 +9,11 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
+from fairness.accounting import fair_share_usage, key_expiry, usage, usage_rollup
 from fairness.gateway import engine_client
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
-from fairness.telemetry import (
-    alerts,
-    budget_status,
-    capacity_store,
-    fair_share_usage,
-    key_expiry,
-    polling,
-    usage,
-    usage_rollup,
-)
+from fairness.telemetry import alerts, budget_status, capacity_store, polling
 
 if TYPE_CHECKING:
     # Celery ships no types: its decorator as the checker is to see it (the tasks stay Any to it).

@@ -12,8 +12,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, AuditEntry, SaturationAlert, UsageHourly
-from fairness.telemetry import polling, usage_rollup
+from fairness.telemetry import polling
 from tests.conftest import MODEL
 
 STAFF_PASSWORD = "a long staff password"

@@ -9,13 +9,14 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from fairness.accounting import usage
 from fairness.models import ApiKey, Budget, UsageRecord
 from fairness.portal import budgets
 from fairness.portal.actions import Actor
 from fairness.scheduling import fair_share
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import budget_status, usage
+from fairness.telemetry import budget_status
 from tests.budgets.test_budget_status import record
 from tests.budgets.test_budgets_live import post
 from tests.polling import wait_for

@@ -7,9 +7,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from enginesim.process import start_enginesim
+from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from fairness.telemetry.metrics_parser import parse_metrics
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.polling import wait_for

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from fairness.accounting import usage
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from fairness.telemetry.metrics_parser import parse_metrics
 from tests.conftest import Member, start_gateway
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY

@@ -5,10 +5,10 @@ import time
 
 from django.conf import settings
 
+from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.scheduling import fair_share
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.polling import wait_for
 

@@ -13,10 +13,11 @@ import redis
 from django.conf import settings
 
 from enginesim.process import EngineSimProcess, start_enginesim
+from fairness.accounting import usage
 from fairness.models import ApiKey, Budget, Replica, UsageRecord
 from fairness.scheduling import fair_share
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import budget_status, usage
+from fairness.telemetry import budget_status
 from tests.conftest import MODEL, TEST_REDIS_URL
 from tests.fair_sharing.conftest import nothing_held
 from tests.fair_sharing.test_fair_share_live import association, live_usage

@@ -6,9 +6,9 @@ import asyncio
 
 import httpx
 
+from fairness.accounting import usage
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import chat_body, drop, nothing_held, send, wait_async
 from tests.polling import wait_for

@@ -7,10 +7,11 @@ import time
 import redis.asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
+from fairness.accounting import usage
 from fairness.gateway import accounting
 from fairness.models import UsageRecord
 from fairness.store import keyspace
-from fairness.telemetry import gateway_metrics, usage
+from fairness.telemetry import gateway_metrics
 from tests.metrics.conftest import Samples
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
-from fairness.telemetry import usage_rollup
 from tests.browser_checks import WIDTHS, check_page, sideways_overflow
 from tests.conftest import MODEL
 from tests.pages.conftest import polling

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.accounting import usage
 from fairness.models import ApiKey, Membership, Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import admission_stats, drop, wait_async
 from tests.people.openwebui import OpenWebUIUser, jwt_headers, plain_headers

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
+from fairness.accounting import usage
 from fairness.gateway.abandoned_work import (
     DEFAULT_FIRST_TOKEN_SECONDS,
     DEFAULT_TOKENS_PER_SECOND,
@@ -18,7 +19,6 @@ from fairness.gateway.abandoned_work import (
 )
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.conftest import MODEL, Member, start_gateway
 from tests.gateway_process import GatewayProcess
 from tests.polling import wait_for

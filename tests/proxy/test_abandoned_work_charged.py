@@ -7,11 +7,12 @@ import contextlib
 import httpx
 import pytest
 
+from fairness.accounting import usage
 from fairness.gateway import abandoned_work
 from fairness.models import ApiKey, Budget, UsageRecord
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import budget_status, usage
+from fairness.telemetry import budget_status
 from tests.conftest import MODEL
 from tests.fair_sharing.test_fair_share_live import live_usage
 from tests.polling import wait_for

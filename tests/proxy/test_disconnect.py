@@ -4,9 +4,9 @@ import contextlib
 
 import httpx
 
+from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.conftest import MODEL
 from tests.polling import wait_for
 

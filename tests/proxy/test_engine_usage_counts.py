@@ -7,10 +7,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from fairness.accounting import usage
 from fairness.gateway.sse_relay import MOST_TOKENS, StreamTally
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from fairness.telemetry import usage
 from tests.conftest import MODEL, start_gateway
 from tests.proxy.test_engine_answer_caps import VerboseEngine
 

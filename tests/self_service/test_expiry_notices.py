@@ -10,9 +10,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.accounting import key_expiry
 from fairness.models import ApiKey, Tier
 from fairness.portal import actions
-from fairness.telemetry import key_expiry, tasks
+from fairness.telemetry import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()

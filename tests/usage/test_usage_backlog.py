@@ -10,11 +10,12 @@ import time
 import pytest
 import redis.asyncio
 
+from fairness.accounting import usage
 from fairness.gateway import accounting
 from fairness.models import SaturationAlert, UsageRecord
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane, first_error
-from fairness.telemetry import alert_words, alerts, gateway_metrics, usage
+from fairness.telemetry import alert_words, alerts, gateway_metrics
 from tests.metrics.conftest import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)

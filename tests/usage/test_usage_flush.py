@@ -5,10 +5,11 @@ import time
 import pytest
 import redis.asyncio
 
+from fairness.accounting import usage
 from fairness.gateway import accounting
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
-from fairness.telemetry import gateway_metrics, usage
+from fairness.telemetry import gateway_metrics
 from tests.metrics.conftest import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,8 +61,8 @@ def test_a_second_flusher_waits_its_turn(cast, redis_client, redis_url):
 
 
 def test_flushed_records_roll_up_per_key_and_hour(cast, redis_client, redis_url):
+    from fairness.accounting import usage_rollup
     from fairness.models import UsageHourly
-    from fairness.telemetry import usage_rollup
 
     alice = cast["alice"]
     at = time.time()

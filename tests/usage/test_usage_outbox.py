@@ -15,16 +15,18 @@ import redis
 import redis.asyncio
 from asgiref.sync import sync_to_async
 
+from fairness.accounting import usage
 from fairness.gateway import accounting
-from fairness.gateway.api_keys import KeyInfo, TierPolicy
+from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.lifecycle import RequestLifecycle, demand_of
 from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
 from fairness.gateway.sse_relay import StreamTally
+from fairness.gateway.tier_policy import TierPolicy
 from fairness.gateway.usage_outbox import UsageOutbox
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane
-from fairness.telemetry import gateway_metrics, usage
+from fairness.telemetry import gateway_metrics
 from tests.metrics.conftest import Samples
 from tests.polling import async_wait_for
 from tests.redis_server import PrivateRedis

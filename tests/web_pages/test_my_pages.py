@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.html import escape
 
+from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, Tier, UsageHourly, UsageRecord
 from fairness.portal import tier_policy
-from fairness.telemetry import usage_rollup
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,6 +27,7 @@ import redis.asyncio
 from django.contrib.auth import get_user_model
 from django.db import DataError, IntegrityError, transaction
 
+from fairness.accounting import usage_rollup
 from fairness.gateway.accounting import (
     USAGE_DRAINED,
     USAGE_PUSHED,
@@ -36,7 +37,6 @@ from fairness.gateway.accounting import (
 )
 from fairness.models import ApiKey, Membership, UsageRecord
 from fairness.store import keyspace
-from fairness.telemetry import usage_rollup
 
 log = logging.getLogger(__name__)
 
