@@ -280,7 +280,7 @@ def _print_main(main: dict[str, Any]) -> None:
             ld["requests_spread"]["max_over_mean"], ld["peak_spread"]["max"], s["moved_turns"],
             s["off_favourite"]["count"], int(c["preemptions"]), s["error_count"],
             host.get("gateway0"), s["gateway_cpu_ms_per_request"], host["load_average_1m"],
-        ])  # fmt: skip
+        ])
     print(report.table(
         ["strategy", "hit rate", "ceiling", "hits/cacheable", "prompt tok computed", "x RR",
          "TTFT p50 t>=2", "p95", "RR/this", "headers p50", "req max/mean", "peak max",
@@ -346,7 +346,7 @@ def _print_skew(skew: dict[str, Any], epsilon: float) -> None:
             s["cache"]["hit_rate"], s["cache"]["share_of_cacheable"], s["ttft"]["warm"]["p50"],
             s["ttft"]["warm"]["p95"], s["ttft"]["headers"]["p50"], s["error_count"],
             s["host"].get("gateway0"),
-        ])  # fmt: skip
+        ])
     print(report.table(
         ["strategy", "busiest/mean", "mean in flight per replica", "peak", "req max/mean",
          "gw count: busiest/mean", "gw peak", "hit rate", "hits/cacheable", "TTFT p50 t>=2",

@@ -89,19 +89,19 @@ class Config:
 
     @classmethod
     def make(cls, lines: int | None, quick: bool, speed: float | None, line_tokens: int | None,
-             redis_url: str | None) -> Config:  # fmt: skip
+             redis_url: str | None) -> Config:
         speed = speed or 1.0
         return cls(lines=lines or (200 if quick else 2000), speed=speed, replicas=2, slots=8,
                    line_tokens=line_tokens or 64, chat_tokens=32, think=(1.0 / speed, 2.0 / speed),
                    idle_window=(15.0 if quick else 30.0), warmup=2.0, client_concurrency=2,
-                   redis_url=redis_url)  # fmt: skip
+                   redis_url=redis_url)
 
 
 def batch_lines(cfg: Config) -> list[dict[str, Any]]:
     return [{"custom_id": f"line-{n}", "method": "POST", "url": "/v1/chat/completions",
              "body": {"model": "sim", "max_tokens": cfg.line_tokens, "ignore_eos": True, "user": f"line-{n}",
                       "messages": [{"role": "user", "content": f"Summarise document {n} in one paragraph."}]}}
-            for n in range(cfg.lines)]  # fmt: skip
+            for n in range(cfg.lines)]
 
 
 # -- the two batch systems
@@ -112,7 +112,7 @@ async def portal_batch(client: httpx.AsyncClient, url: str, secret: str, lines: 
     jsonl = "".join(json.dumps(line) + "\n" for line in lines).encode()
     t_upload = load.now()
     resp = await client.post(f"{url}/v1/files", headers=auth, data={"purpose": "batch"},
-                             files={"file": ("lines.jsonl", jsonl, "application/jsonl")})  # fmt: skip
+                             files={"file": ("lines.jsonl", jsonl, "application/jsonl")})
     resp.raise_for_status()
     file_id = resp.json()["id"]
     started = load.now()
@@ -135,11 +135,11 @@ async def portal_batch(client: httpx.AsyncClient, url: str, secret: str, lines: 
         answered = sum(1 for row in resp.text.splitlines() if json.loads(row)["response"]["status_code"] == 200)
     return {"started": started, "ended": ended, "completion_s": ended - started,
             "upload_s": started - t_upload, "status": batch["status"], "answered_200": answered,
-            "request_counts": batch.get("request_counts")}  # fmt: skip
+            "request_counts": batch.get("request_counts")}
 
 
 async def client_batch(client: httpx.AsyncClient, url: str, secret: str, lines: list[dict[str, Any]],
-                       concurrency: int) -> dict[str, Any]:  # fmt: skip
+                       concurrency: int) -> dict[str, Any]:
     """The well-behaved client: ``concurrency`` lines in flight, a 429 or 503 waited out."""
     auth = {"Authorization": f"Bearer {secret}"}
     todo = deque(line["body"] for line in lines)
@@ -172,7 +172,7 @@ async def client_batch(client: httpx.AsyncClient, url: str, secret: str, lines: 
 
 
 async def chatter(client: httpx.AsyncClient, user: str, target: Target, cfg: Config, calls: list[Call],
-                  stop: asyncio.Event, seed: int) -> None:  # fmt: skip
+                  stop: asyncio.Event, seed: int) -> None:
     rng = random.Random(seed)
     await asyncio.sleep(rng.uniform(0, cfg.think[1]))
     n = 0
@@ -189,7 +189,7 @@ async def chatter(client: httpx.AsyncClient, user: str, target: Target, cfg: Con
 
 
 async def run_phase(name: str, p: Portal, cfg: Config, lines: list[dict[str, Any]], pids: dict[str, int]
-                    ) -> dict[str, Any]:  # fmt: skip
+                    ) -> dict[str, Any]:
     gateway = p.gateway_url()
     calls: list[Call] = []
     samples: dict[str, list[dict[str, Any]]] = {e.url: [] for e in p.engines}
@@ -199,7 +199,7 @@ async def run_phase(name: str, p: Portal, cfg: Config, lines: list[dict[str, Any
             await load.reset_peak(client, engine.url)  # also clears its request log
         samplers = [asyncio.create_task(load.sample_engine(client, url, 0.25, out)) for url, out in samples.items()]
         users = [asyncio.create_task(chatter(client, u, Target((gateway,), p.secret(u)), cfg, calls, stop, k))
-                 for k, u in enumerate(INTERACTIVE_USERS)]  # fmt: skip
+                 for k, u in enumerate(INTERACTIVE_USERS)]
         job: dict[str, Any] = {}
         try:
             await asyncio.sleep(cfg.warmup)
@@ -249,7 +249,7 @@ def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 def reachable(spans: list[tuple[float, float]], w0: float, w1: float, slots: int) -> float:
     """∫ max(0, slots − RESERVE − running(t)) dt over [w0, w1], running from interactive spans."""
     events = sorted([(max(a, w0), 1) for a, b in spans if b > w0 and a < w1]
-                    + [(min(b, w1), -1) for a, b in spans if b > w0 and a < w1])  # fmt: skip
+                    + [(min(b, w1), -1) for a, b in spans if b > w0 and a < w1])
     total, running, at = 0.0, 0, w0
     for t, step in events:
         total += max(0, slots - RESERVE - running) * (t - at)
@@ -269,7 +269,7 @@ def occupancy(spans: list[tuple[float, float]], w0: float, w1: float, step: floa
 
 def summarize(name: str, cfg: Config, calls: list[Call], log: list[dict[str, Any]],
               samples: dict[str, list[dict[str, Any]]], window: tuple[float, float], mono: tuple[float, float],
-              job: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+              job: dict[str, Any]) -> dict[str, Any]:
     t0, t1 = window
     inter = [c for c in calls if t0 <= c.sent <= t1]
     done = [e for e in log if e["ended"] is not None]
@@ -333,7 +333,7 @@ def targets(ph: dict[str, Any]) -> list[report.Target]:
         report.target("interactive TTFT p95 with the portal batch / idle",
                       measures.ratio(ph["portal"]["interactive"]["ttft"]["p95"], idle_p95), "<=", 1.5, "x",
                       "portal ÷ idle"),
-    ]  # fmt: skip
+    ]
     return out
 
 
@@ -343,11 +343,11 @@ def print_tables(ph: dict[str, Any], cfg: Config) -> None:
         i, b, t = s["interactive"], s["batch"] or {}, s["interactive"]["ttft"]
         rows.append([name, i["requests"], t["p50"], t["p95"], t["max"], i["mean_slots"], b.get("completion_s"),
                      b.get("mean_slots"), b.get("capacity_used"), b.get("used_of_reachable"),
-                     s["engine"]["waiting_max"], s["loadavg_1min_at_end"]])  # fmt: skip
+                     s["engine"]["waiting_max"], s["loadavg_1min_at_end"]])
     print(report.table(["phase", "int req", "TTFT p50 s", "p95 s", "max s", "int slots", "batch done s",
                         "batch slots", "of idle cap", "of reachable", "eng wait max", "load avg"],
                        rows, title=f"{cfg.lines} lines on {cfg.total_slots} slots (reserve {RESERVE}), "
-                             f"speed {cfg.speed:g}"))  # fmt: skip
+                             f"speed {cfg.speed:g}"))
     portal_b, base_b = ph["portal"]["batch"] or {}, ph["baseline"]["batch"] or {}
     idle_p95 = ph["idle"]["interactive"]["ttft"]["p95"]
     print()
@@ -360,20 +360,20 @@ def print_tables(ph: dict[str, Any], cfg: Config) -> None:
         ["share of idle capacity", portal_b.get("capacity_used"), base_b.get("capacity_used"), None],
         ["interactive TTFT p95 ÷ idle", measures.ratio(ph["portal"]["interactive"]["ttft"]["p95"], idle_p95),
          measures.ratio(ph["baseline"]["interactive"]["ttft"]["p95"], idle_p95), None],
-    ], title="Side by side"))  # fmt: skip
+    ], title="Side by side"))
     names = sorted({n for s in ph.values() for n in s.get("cpu", {})})
     print()
     print(report.table(["phase", *names, "load avg"],
                        [[n, *(s.get("cpu", {}).get(c) for c in names), s["loadavg_1min_at_end"]]
                         for n, s in ph.items()],
-                       title="CPU seconds per second by process (2 cores, shared: see the load average)"))  # fmt: skip
+                       title="CPU seconds per second by process (2 cores, shared: see the load average)"))
 
 
 def worker_env(p: Portal, extra: dict[str, str]) -> dict[str, str]:
     # As the harness gives its gateways (bench/harness.py portal()).
     return {"DATABASE_URL": p.database_url, "REDIS_URL": p.redis_url, "CELERY_BROKER_URL": p.redis_url,
             "DJANGO_SETTINGS_MODULE": "gpuportal.settings", "GP_AUTH_EPOCH_CHECK_SECONDS": "0.25",
-            "LOG_LEVEL": "WARNING", **extra}  # fmt: skip
+            "LOG_LEVEL": "WARNING", **extra}
 
 
 def run_all(cfg: Config) -> dict[str, Any]:
@@ -397,7 +397,7 @@ def run_all(cfg: Config) -> dict[str, Any]:
         try:
             wait_for(lambda: "ready." in worker.log_tail(200), timeout=60, interval=0.2, what="the Celery worker")
             pids = {"bench": os.getpid(), "gateway": p.gateways[0].process.pid, "worker": worker.process.pid,
-                    **{f"engine{i}": e.pid for i, e in enumerate(p.engines)}}  # fmt: skip
+                    **{f"engine{i}": e.pid for i, e in enumerate(p.engines)}}
             for name in ("idle", "portal", "baseline"):
                 started = time.monotonic()
                 print(f"  phase {name} ...", flush=True)
@@ -429,11 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = Config.make(args.lines, args.quick, args.speed, args.line_tokens, args.redis_url)
     print(f"batch benchmark: {cfg.lines} lines of {cfg.line_tokens} tokens, {cfg.replicas}×{cfg.slots} slots, "
-          f"speed {cfg.speed:g}", flush=True)  # fmt: skip
+          f"speed {cfg.speed:g}", flush=True)
     started = time.monotonic()
     phases = run_all(cfg)
     results: dict[str, Any] = {"config": asdict(cfg), "reserve_slots": RESERVE, "phases": phases,
-                               "targets": targets(phases)}  # fmt: skip
+                               "targets": targets(phases)}
     print()
     print_tables(phases, cfg)
     return report.finish(args.name, results, started, plot)

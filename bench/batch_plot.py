@@ -22,11 +22,11 @@ def plot(results: dict[str, Any], name: str) -> Path:
         inter, batch = s["series"]["interactive_running"], s["series"]["batch_running"]
         t = [i * STEP for i in range(len(inter))]
         ax.stackplot(t, inter, batch, labels=["interactive", "batch lines"], colors=["tab:blue", "tab:orange"],
-                     step="post")  # fmt: skip
+                     step="post")
         ax.axhline(slots, color="black", lw=1, label="slots")
         ax.axhline(slots - results["reserve_slots"], color="gray", ls="--", lw=1, label="slots − reserve")
         ax.set(title=f"{phase}: engine slots in use", xlabel="s into the batch's run", ylabel="requests running",
-               ylim=(0, slots + 1))  # fmt: skip
+               ylim=(0, slots + 1))
         ax.legend(fontsize=8, loc="lower right")
     names = [p for p in ("idle", "portal", "baseline") if phases.get(p) and phases[p]["series"]["ttft"]]
     box = axes[0][2]

@@ -84,7 +84,7 @@ def engine_arms(url: str) -> tuple[dict[str, Send], Callable[[], Awaitable[None]
 
     async def with_httpx() -> None:
         response = await client.send(client.build_request("POST", url + PATH, content=BODY, headers=HEADERS),
-                                     stream=True)  # fmt: skip
+                                     stream=True)
         await response.aread()
         await response.aclose()
 

@@ -318,7 +318,7 @@ def print_scenario_one(ph: dict[str, Any]) -> None:
             if i["requests"] else None, b and b["tokens_per_s"],
             b and b["completion_time"]["p50"], e["waiting_mean"], e["waiting_max"],
             e["peak_running"],
-        ])  # fmt: skip
+        ])
     print(report.table(
         ["phase", "int req", "TTFT p50 s", "p95 s", "max s", "cut", "Jain mean", "Jain min",
          "starved win", "batch tok/s", "batch done p50 s", "eng wait mean", "wait max", "eng peak run"],

@@ -187,7 +187,7 @@ def pair_summary(cfg: Config, run: Run, a: str, b: str, shares: dict[str, float]
         "window_ratio_min": min(known, default=None),
         "window_ratio_max": max(known, default=None) if None not in ratios else math.inf,
         "windows": rows, "cumulative": _series(run), "prompt_tokens": run.prompt_tokens,
-    }  # fmt: skip
+    }
 
 
 def scenario1(cfg: Config) -> dict[str, Any]:
@@ -232,7 +232,7 @@ def scenario3(cfg: Config) -> dict[str, Any]:
             "rates_before": {u: v / until for u, v in before.items()},
             "books": [[t, u.get("fresh", 0.0), u.get("heavy", 0.0)] for t, u, _, _ in run.books],
             "cumulative": _series(run),
-        }  # fmt: skip
+        }
     return out
 
 
@@ -293,7 +293,7 @@ def scenario5(cfg: Config) -> dict[str, Any]:
             "zed_waits": [[c.sent - run.t0, w] for c, w in zip(run.of("zed"), waits, strict=True)],
             "fresh_wait": measures.summary(fresh), "t_max": t_max, "queued_ahead": queued,
             "bound": bound, "f_zed": f_zed,
-        }  # fmt: skip
+        }
     return out
 
 
@@ -308,7 +308,7 @@ def _wait(call: load.Call, end: float) -> float:
 CACHED_WEIGHTS = (1.0, 0.1)  # the baseline, and the default GP_FAIRSHARE_WEIGHT_CACHED_PROMPT
 # 4,800 bytes: 1,200 enginesim tokens, 75 of its 16-token blocks.
 SHARED6 = "".join(f"Section {n:02} of the lab's long shared instructions for every question asked....\n"
-                  for n in range(60))  # fmt: skip
+                  for n in range(60))
 
 
 def cached_bodies(model: str, max_tokens: int) -> dict[str, Callable[[int], load.Body]]:
@@ -341,7 +341,7 @@ def cached_run(cfg: Config, cached_weight: float) -> dict[str, Any]:
         "completed": done, "charged_ratio": _ratio(charged, "hit", "miss"),
         "served_ratio": _ratio(served, "hit", "miss"),
         "charge_per_request": {u: measures.ratio(charged.get(u), done[u]) for u in done},
-    }  # fmt: skip
+    }
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -418,7 +418,7 @@ def scenario7(cfg: Config) -> dict[str, Any]:
             "refused": {name: sum(1 for c in run.of(name) if c.status not in (0, 200)) for name in people},
             "jain_mean": sum(jain) / len(jain) if jain else None, "jain_min": min(jain, default=None),
             "cumulative": _series(run),
-        }  # fmt: skip
+        }
     return out
 
 

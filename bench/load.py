@@ -211,7 +211,7 @@ async def sample_engine(client: httpx.AsyncClient, engine_url: str, period: floa
                 "t": now(), "running": stats["running"], "waiting": stats["waiting"],
                 "generation_tokens": stats["generation_tokens"],
                 "peak_running": stats["peak_running"],
-            })  # fmt: skip
+            })
         except (httpx.HTTPError, ValueError, KeyError):
             pass
         await asyncio.sleep(period)

@@ -90,7 +90,7 @@ def window_service(calls: Sequence[Call], start: float, end: float, width: float
             "t0": a - start, "t1": b - start, "service": service,
             "jain": jain(list(service.values())),
             "starved": sorted(name for name, x in service.items() if x == 0),
-        })  # fmt: skip
+        })
         a = b
     return rows
 

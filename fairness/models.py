@@ -672,7 +672,7 @@ class BatchFileQuerySet(models.QuerySet["BatchFile"]):
         return (
             self.filter(state=BatchFileState.STORED).order_by().values("owner_id", username=models.F("owner__username"))
             .annotate(files=models.Count("pk"), bytes=models.Sum("bytes")).order_by("-bytes", "username")
-        )  # fmt: skip
+        )
 
 
 class BatchFile(models.Model):

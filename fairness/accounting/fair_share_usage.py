@@ -61,7 +61,7 @@ def _save(usage: dict[str, float], now: dt.datetime) -> int:
     rows = [
         FairShareUsage(membership_id=int(a), usage=value, as_of=now)
         for a, value in usage.items() if a.isdigit() and int(a) in members
-    ]  # fmt: skip
+    ]
     FairShareUsage.objects.bulk_create(
         rows, update_conflicts=True, unique_fields=["membership"], update_fields=["usage", "as_of"]
     )

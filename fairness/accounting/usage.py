@@ -89,7 +89,7 @@ def flush(client: redis.Redis, batch_size: int = 1000) -> int:
             pipe.execute()
         if rejected:
             log.error("usage flush: %d events the database refused or could not read were set aside in %s",
-                      len(rejected), keyspace.USAGE_REJECTED)  # fmt: skip
+                      len(rejected), keyspace.USAGE_REJECTED)
         return len(rows)
     finally:
         lock.release()

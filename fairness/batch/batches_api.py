@@ -87,21 +87,21 @@ def _checked_fields(payload: dict[str, Any]) -> dict[str, Any]:
     input_file_id = payload.get("input_file_id")
     if not isinstance(input_file_id, str) or not input_file_id:
         raise ApiError(400, "'input_file_id' is required: the id of a file uploaded with purpose 'batch'.",
-                       "missing_required_parameter", param="input_file_id")  # fmt: skip
+                       "missing_required_parameter", param="input_file_id")
     endpoint = payload.get("endpoint")
     if endpoint not in ENDPOINTS:
         raise ApiError(400, f"Invalid value for 'endpoint': {str(endpoint)[:60]!r}; use one of {', '.join(ENDPOINTS)}.",
-                       "invalid_value", param="endpoint")  # fmt: skip
+                       "invalid_value", param="endpoint")
     window = payload.get("completion_window")
     if window not in COMPLETION_WINDOWS:
         raise ApiError(400, f"Invalid value for 'completion_window': {str(window)[:20]!r}; use '24h'.",
-                       "invalid_value", param="completion_window")  # fmt: skip
+                       "invalid_value", param="completion_window")
     metadata = payload.get("metadata")
     if metadata is not None and not _valid_metadata(metadata):
         raise ApiError(
             400, f"Invalid 'metadata': at most {MAX_METADATA_PAIRS} pairs of strings, keys up to "
             f"{MAX_METADATA_KEY} characters and values up to {MAX_METADATA_VALUE}.", "invalid_value", param="metadata",
-        )  # fmt: skip
+        )
     return {"input_file_id": input_file_id, "endpoint": endpoint, "window": window, "metadata": metadata}
 
 
@@ -122,17 +122,17 @@ def _create_row(fields: dict[str, Any], request: StreamedRequest) -> dict[str, A
     input_file = reachable.filter(public_id=fields["input_file_id"]).first()
     if input_file is None:
         raise ApiError(404, f"No such File object: {fields['input_file_id'][:64]}", "file_not_found",
-                       param="input_file_id")  # fmt: skip
+                       param="input_file_id")
     if input_file.purpose != "batch":
         raise ApiError(400, f"The file {input_file.public_id} was uploaded with purpose '{input_file.purpose}'; "
-                       "a batch's input needs purpose 'batch'.", "invalid_value", param="input_file_id")  # fmt: skip
+                       "a batch's input needs purpose 'batch'.", "invalid_value", param="input_file_id")
     unfinished = Batch.objects.of_owner(owner_id).unfinished().count()
     if unfinished >= settings.GP_MAX_UNFINISHED_BATCHES_PER_USER:
         raise ApiError(
             429, f"You have {unfinished} batches still running, the most one person may "
             "(GP_MAX_UNFINISHED_BATCHES_PER_USER); wait for one to end, or cancel one.", "too_many_batches",
             retry_after=60,
-        )  # fmt: skip
+        )
     storage_quota.refuse_if_full(owner_id)  # its results would only add to a full store
     now = timezone.now()
     BatchFile.objects.filter(pk=input_file.pk).touch(now)
@@ -141,7 +141,7 @@ def _create_row(fields: dict[str, Any], request: StreamedRequest) -> dict[str, A
         input_file_public_id=input_file.public_id, input_bytes=input_file.bytes, endpoint=fields["endpoint"],
         completion_window=fields["window"], metadata=fields["metadata"], created_at=now,
         expires_at=now + COMPLETION_WINDOWS[fields["window"]],
-    )  # fmt: skip
+    )
     return batch_object(batch)
 
 
@@ -165,12 +165,12 @@ async def _list(request: StreamedRequest) -> HttpResponse:
         limit = int(raw_limit)
     else:
         raise ApiError(400, f"Invalid value for 'limit': {raw_limit[:20]!r}; use 1 to {MAX_LIST_LIMIT}.",
-                       "invalid_value", param="limit")  # fmt: skip
+                       "invalid_value", param="limit")
     data, has_more = await _page(request, query.get("after"), limit)
     return _json({
         "object": "list", "data": data, "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None, "has_more": has_more,
-    })  # fmt: skip
+    })
 
 
 def _with_files() -> BatchQuerySet:
@@ -186,7 +186,7 @@ def _page(request: StreamedRequest, after: str | None, limit: int) -> tuple[list
         cursor = rows.filter(public_id=after).values_list("id", flat=True).first()
         if cursor is None:
             raise ApiError(400, f"Invalid value for 'after': no such Batch object: {after[:64]}", "invalid_value",
-                           param="after")  # fmt: skip
+                           param="after")
         rows = rows.filter(id__lt=cursor)
     page = list(rows.order_by("-id")[: limit + 1])
     return [batch_object(row) for row in page[:limit]], len(page) > limit

@@ -38,4 +38,4 @@ def mark_failed(batch_pk: int, runner: str, errors: dict[str, Any]) -> bool:
     return bool(Batch.objects.filter(pk=batch_pk, runner=runner, status__in=Batch.UNFINISHED).update(
         status=BatchStatus.FAILED, failed_at=dt.datetime.now(tz=dt.UTC), errors=errors, runner="",
         runner_seen_at=None,
-    ))  # fmt: skip
+    ))

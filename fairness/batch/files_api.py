@@ -48,7 +48,7 @@ def file_object(row: BatchFile) -> dict[str, Any]:
         "id": row.public_id, "object": "file", "bytes": row.bytes, "created_at": int(row.created_at.timestamp()),
         "filename": row.filename, "purpose": row.purpose, "status": "processed", "status_details": None,
         "expires_at": int(retention.expires_at(row).timestamp()),
-    }  # fmt: skip
+    }
 
 
 def _json(payload: dict[str, Any], status: int = 200) -> HttpResponse:
@@ -98,7 +98,7 @@ async def _upload(request: StreamedRequest) -> HttpResponse:
         except OSError:
             log.exception("could not store an upload for %s", request.request_id)
             raise ApiError(503, "The portal could not store the file; try again later.", "storage_unavailable",
-                           retry_after=30) from None  # fmt: skip
+                           retry_after=30) from None
     except BaseException:
         await asyncio.shield(_release(reservation))
         raise
@@ -116,13 +116,13 @@ async def _list(request: StreamedRequest) -> HttpResponse:
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"Invalid value for 'order': {order[:20]!r}; use 'asc' or 'desc'.", "invalid_value",
-                       param="order")  # fmt: skip
+                       param="order")
     rows, has_more = await _page(request, query.get("purpose"), query.get("after"), order, limit)
     data = [file_object(row) for row in rows]
     return _json({
         "object": "list", "data": data, "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None, "has_more": has_more,
-    })  # fmt: skip
+    })
 
 
 def _limit(raw: str | None) -> int:
@@ -130,7 +130,7 @@ def _limit(raw: str | None) -> int:
         return MAX_LIST_LIMIT
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST_LIMIT:
         raise ApiError(400, f"Invalid value for 'limit': {raw[:20]!r}; use 1 to {MAX_LIST_LIMIT}.",
-                       "invalid_value", param="limit")  # fmt: skip
+                       "invalid_value", param="limit")
     return int(raw)
 
 
@@ -140,7 +140,7 @@ async def _content(row: BatchFile, request_id: str) -> StreamingHttpResponse:
     except OSError:
         log.exception("could not read the stored content of %s for %s", row.public_id, request_id)
         raise ApiError(503, "The portal could not read the file; try again later.", "storage_unavailable",
-                       retry_after=30) from None  # fmt: skip
+                       retry_after=30) from None
     response = StreamingHttpResponse(content, content_type="application/octet-stream")
     # A length, so a download cut short is seen as such (and the adapter sends nothing after it).
     response["Content-Length"] = str(row.bytes)
@@ -184,11 +184,11 @@ def _complete(reservation: storage_quota.Reservation, upload: Upload) -> BatchFi
     close_old_connections()
     try:
         return storage_quota.complete_upload(reservation, upload.filename, upload.purpose, upload.stored_name,
-                                             upload.bytes)  # fmt: skip
+                                             upload.bytes)
     except LookupError:  # its reservation was given back meanwhile (a gateway thought dead)
         batch_storage().delete(upload.stored_name)
         raise ApiError(503, "The portal could not keep the file; upload it again.", "storage_unavailable",
-                       retry_after=1) from None  # fmt: skip
+                       retry_after=1) from None
 
 
 @sync_to_async
@@ -216,7 +216,7 @@ def _page(
         cursor = reachable.filter(public_id=after).values_list("id", flat=True).first()
         if cursor is None:
             raise ApiError(400, f"Invalid value for 'after': no such File object: {after[:64]}", "invalid_value",
-                           param="after")  # fmt: skip
+                           param="after")
         rows = rows.filter(id__gt=cursor) if order == "asc" else rows.filter(id__lt=cursor)
     page = list(rows.order_by("id" if order == "asc" else "-id")[: limit + 1])
     return page[:limit], len(page) > limit

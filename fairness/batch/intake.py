@@ -53,14 +53,14 @@ def take_in(
         if index >= settings.GP_MAX_BATCH_LINES:
             BatchLine.objects.filter(batch=batch).delete()
             _fail(batch, "too_many_lines", f"The file has more than {settings.GP_MAX_BATCH_LINES:,} lines, the "
-                  "most one batch may hold (GP_MAX_BATCH_LINES); split it.")  # fmt: skip
+                  "most one batch may hold (GP_MAX_BATCH_LINES); split it.")
             return
         checked = _checked(batch, index, raw, seen, lambda m: model_refusal(key, directory, m))
         total += 1
         if isinstance(checked, BadLine):
             failed += 1
             rows.append(BatchLine(batch=batch, index=index, custom_id=checked.custom_id, state=BatchLineState.FAILED,
-                                  error_code=checked.code, error_message=checked.message, finished_at=now))  # fmt: skip
+                                  error_code=checked.code, error_message=checked.message, finished_at=now))
         else:
             rows.append(BatchLine(batch=batch, index=index, custom_id=checked.custom_id, body=checked.body))
         if len(rows) >= CHUNK_ROWS:
@@ -84,7 +84,7 @@ def _checked(
     """The line checked; whatever goes wrong with one line is that line's error, never the batch's."""
     if raw is None:
         return BadLine("", "line_too_large", f"This line is longer than {mebibytes(settings.GP_BATCH_MAX_LINE_BYTES)} "
-                       "(GP_BATCH_MAX_LINE_BYTES), more than any request the gateway takes.")  # fmt: skip
+                       "(GP_BATCH_MAX_LINE_BYTES), more than any request the gateway takes.")
     try:
         return check_line(raw, batch.endpoint, seen, refusal, settings.GP_MAX_BODY_BYTES)
     except Exception:

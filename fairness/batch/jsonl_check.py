@@ -72,7 +72,7 @@ class JsonlCheck:
             for offset, length in enumerate(lengths):
                 if length > limit:
                     raise _invalid(f"Line {self._line + offset} of the file is longer than {mebibytes(limit)} "
-                                   f"(GP_BATCH_MAX_LINE_BYTES), more than any request the gateway takes.")  # fmt: skip
+                                   f"(GP_BATCH_MAX_LINE_BYTES), more than any request the gateway takes.")
         self._line_bytes = self._line_bytes + len(data) if not newlines else len(data) - data.rindex(b"\n") - 1
         self._line += newlines
 

@@ -44,10 +44,10 @@ def check_line(
     custom_id = line.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID or "\x00" in custom_id:
         return BadLine("", "missing_custom_id", f"Each line needs a custom_id: a string of 1 to {MAX_CUSTOM_ID} "
-                       "characters, none of them NUL.")  # fmt: skip
+                       "characters, none of them NUL.")
     if custom_id in seen:
         return BadLine(custom_id, "duplicate_custom_id", f"The custom_id {custom_id[:80]!r} is used by an earlier "
-                       "line; each line's custom_id must be unique in the file.")  # fmt: skip
+                       "line; each line's custom_id must be unique in the file.")
     if line.get("method") != "POST":
         return BadLine(custom_id, "invalid_method", "The line's method must be POST.")
     if line.get("url") != endpoint:

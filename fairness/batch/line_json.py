@@ -40,7 +40,7 @@ def loads(raw: bytes | str) -> Any:
         raise LineRefused("invalid_utf8", "This line is not UTF-8 text.")
     if "surrogate" in detail:
         raise LineRefused("invalid_json_line", "This line holds a lone UTF-16 surrogate (an unpaired "
-                          "\\ud800-\\udfff escape), which is not text.")  # fmt: skip
+                          "\\ud800-\\udfff escape), which is not text.")
     raise LineRefused("invalid_json_line", "This line is not valid JSON.")
 
 

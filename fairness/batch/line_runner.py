@@ -53,7 +53,7 @@ async def send(runtime: GatewayRuntime, key: KeyInfo, endpoint: str, body: str, 
         request = views.GatewayRequest(
             method="POST", path=endpoint, headers={}, body=body.encode(), request_id=request_id, key=key,
             directory=directory,
-        )  # fmt: skip
+        )
         response = await ENDPOINT_VIEWS[endpoint](request, runtime)
     except ApiError as exc:
         return Answer(exc.status, json.dumps(exc.body()), exc.code, exc.retry_after)

@@ -69,7 +69,7 @@ async def events(chunks: AsyncIterator[bytes], boundary: bytes) -> AsyncIterator
     parser = multipart.PushMultipartParser(
         boundary, max_header_size=MAX_PART_HEADER_BYTES, max_header_count=MAX_PART_HEADERS,
         max_segment_count=MAX_PARTS,
-    )  # fmt: skip
+    )
     before_first_part = 0
     parts = 0
     async for chunk in chunks:
@@ -105,9 +105,9 @@ def _parsed(parser: Any, chunk: bytes) -> list[Any]:
 def _limit_message(detail: str) -> str:
     if detail == "Maximum segment count exceeded":
         return (f"The form has more than {MAX_PARTS} parts; an upload takes a 'file' part and a 'purpose' "
-                "field.")  # fmt: skip
+                "field.")
     return (f"A multipart part's headers are too long (at most {MAX_PART_HEADERS} headers and "
-            f"{MAX_PART_HEADER_BYTES // 1024} KiB).")  # fmt: skip
+            f"{MAX_PART_HEADER_BYTES // 1024} KiB).")
 
 
 def _sentence(detail: str) -> str:

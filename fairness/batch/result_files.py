@@ -38,7 +38,7 @@ def expire_unfinished(batch: Batch) -> None:
             state=BatchLineState.FAILED, error_code="batch_expired", status_code=None, response="",
             error_message="This request could not be run before the batch's completion window ended.",
             finished_at=timezone.now(),
-        )  # fmt: skip
+        )
         Batch.objects.filter(pk=batch.pk).update(failed=F("failed") + expired)
 
 
@@ -54,7 +54,7 @@ def finalize(batch: Batch, runner: str, status: BatchStatus, errors: dict[str, A
     with transaction.atomic():
         rows = {kind: _file_row(batch, kind, *found) if found else None for kind, found in stored.items()}
         fields: dict[str, Any] = {"status": status, ENDED_AT[status]: timezone.now(), "output_file": rows["output"],
-                                  "error_file": rows["error"], "runner": "", "runner_seen_at": None}  # fmt: skip
+                                  "error_file": rows["error"], "runner": "", "runner_seen_at": None}
         if errors is not None:
             fields["errors"] = errors
         ended = Batch.objects.filter(pk=batch.pk, runner=runner, status__in=Batch.UNFINISHED).update(**fields)
@@ -88,7 +88,7 @@ def _file_row(batch: Batch, kind: str, stored_name: str, size: int) -> BatchFile
     return BatchFile.objects.create(
         public_id=new_file_id(), owner_id=batch.owner_id, uploaded_with_id=batch.api_key_id, purpose="batch_output",
         filename=f"{batch.public_id}_{kind}.jsonl", bytes=size, stored_name=stored_name,
-    )  # fmt: skip
+    )
 
 
 def _result(line: BatchLine) -> dict[str, Any]:
@@ -101,4 +101,4 @@ def _result(line: BatchLine) -> dict[str, Any]:
         response = {"status_code": line.status_code, "request_id": line.request_id, "body": body}
     error = None if response is not None else {"code": line.error_code, "message": line.error_message}
     return {"id": f"batch_req_{secrets.token_hex(12)}", "custom_id": line.custom_id, "response": response,
-            "error": error}  # fmt: skip
+            "error": error}

@@ -217,7 +217,7 @@ class BatchRun:
         as for a client that leaves); they stay pending. `only_waiting`: only those still
         waiting for a slot."""
         tasks = [line.task for line in self.inflight.values()
-                 if line.task is not None and not (only_waiting and line.granted)]  # fmt: skip
+                 if line.task is not None and not (only_waiting and line.granted)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -314,7 +314,7 @@ class BatchRun:
             await asyncio.shield(_db(_record)(self.batch.pk, line.pk, self.runner.token, answer, request_id))
         except Exception:
             log.exception("batch %s: line %d: its failure could not be recorded; it stays pending",
-                          self.batch.public_id, line.index)  # fmt: skip
+                          self.batch.public_id, line.index)
             self.exhausted = False
 
 
@@ -325,7 +325,7 @@ class BatchRunner:
     def __init__(
         self, runtime: GatewayRuntime, *, slice_seconds: float | None = None, claim_seconds: float | None = None,
         clock: Callable[[], float] = time.time, step_seconds: float = 0.5,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.runtime = runtime
         if not isinstance(runtime.admits, GrantWatch):
             runtime.admits = GrantWatch(runtime.admission)
@@ -451,7 +451,7 @@ def _record(batch_pk: int, line_pk: int, runner: str, answer: line_runner.Answer
         written = BatchLine.objects.filter(pk=line_pk, state=BatchLineState.PENDING, batch__runner=runner).update(
             state=state, status_code=answer.status, response=answer.body, request_id=request_id,
             error_code=answer.code or "", finished_at=dt.datetime.now(tz=dt.UTC),
-        )  # fmt: skip
+        )
         if written:
             counter = "completed" if answer.ok else "failed"
             Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1})
@@ -463,5 +463,5 @@ def _fail_unfinished(batch: Batch, error: ApiError) -> None:
         failed = BatchLine.objects.filter(batch=batch, state=BatchLineState.PENDING).update(
             state=BatchLineState.FAILED, error_code=error.code or "", error_message=error.message,
             finished_at=dt.datetime.now(tz=dt.UTC),
-        )  # fmt: skip
+        )
         Batch.objects.filter(pk=batch.pk).update(failed=F("failed") + failed)

@@ -55,7 +55,7 @@ def quota_refusal(used: int) -> ApiError:
         403, f"Your files hold {mebibytes(used)} of the {mebibytes(quota)} one person may keep "
         "(GP_STORAGE_QUOTA_BYTES_PER_USER, batch results included); delete some (DELETE /v1/files/{file_id}) "
         "first.", "storage_quota_exceeded",
-    )  # fmt: skip
+    )
 
 
 def refuse_if_full(owner_id: int) -> None:
@@ -77,7 +77,7 @@ def reserve_upload(owner_id: int, key_id: int, declared_bytes: int | None, publi
             raise ApiError(
                 403, f"You keep {held} files already, the most one person may (GP_MAX_BATCH_FILES_PER_USER); "
                 "delete some (DELETE /v1/files/{file_id}) first.", "file_limit_reached",
-            )  # fmt: skip
+            )
         used = used_bytes(owner_id)
         room = settings.GP_STORAGE_QUOTA_BYTES_PER_USER - used
         if room <= 0 or (declared_bytes is not None and declared_bytes - FORM_OVERHEAD_BYTES > room):
@@ -90,7 +90,7 @@ def reserve_upload(owner_id: int, key_id: int, declared_bytes: int | None, publi
             public_id=public_id, owner_id=owner_id, uploaded_with_id=key_id, purpose="batch",
             filename="", bytes=max_bytes, stored_name=f"reserved/{secrets.token_hex(16)}",
             state=BatchFileState.UPLOADING,
-        )  # fmt: skip
+        )
     return Reservation(row.pk, max_bytes, quota_bound)
 
 
@@ -101,7 +101,7 @@ def complete_upload(reservation: Reservation, filename: str, purpose: str, store
     done = BatchFile.objects.filter(pk=reservation.row_id, state=BatchFileState.UPLOADING).update(
         state=BatchFileState.STORED, filename=filename, purpose=purpose, stored_name=stored_name, bytes=size,
         created_at=now, last_used_at=now,
-    )  # fmt: skip
+    )
     if not done:
         raise LookupError(reservation.row_id)
     return BatchFile.objects.get(pk=reservation.row_id)

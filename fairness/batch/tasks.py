@@ -57,5 +57,5 @@ def prune_batch_storage() -> dict[str, int]:
     freed = retention.prune(timezone.now())
     if freed.batches or freed.files or freed.reservations:
         log.info("retention deleted %d batches, %d files (%d bytes), %d stale upload reservations",
-                 freed.batches, freed.files, freed.bytes, freed.reservations)  # fmt: skip
+                 freed.batches, freed.files, freed.bytes, freed.reservations)
     return dataclasses.asdict(freed)

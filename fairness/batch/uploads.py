@@ -44,7 +44,7 @@ def check_purpose(purpose: bytes | None) -> str:
         raise ApiError(
             400, f"Invalid value for 'purpose': {text[:40]!r}. This portal keeps files for the Batch API "
             "only: use 'batch'.", "invalid_value", param="purpose",
-        )  # fmt: skip
+        )
     return text
 
 
@@ -92,7 +92,7 @@ class _Form:
                 raise ApiError(
                     413, f"The file is larger than the limit of {mebibytes(self.max_file_bytes)}; split it "
                     "into smaller batches.", "file_too_large", param="file",
-                )  # fmt: skip
+                )
             self.check.feed(data)
             await self.writer.write(data)
         elif self._reading == "purpose":

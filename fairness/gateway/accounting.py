@@ -22,7 +22,7 @@ from fairness.store.redis_lane import Command
 # A request is stored in its own bucket only; the scrape makes them cumulative. Changing the
 # bounds strands the old fields: they are skipped until Redis is flushed.
 WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-                600.0, 1800.0, 3600.0, float("inf"))  # fmt: skip
+                600.0, 1800.0, 3600.0, float("inf"))
 UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed or timed out
 
 # Counter fields, "|"-separated (tier and replica names are slugs, so never contain one):
@@ -152,7 +152,7 @@ def increment_commands(fields: Mapping[str, int | float]) -> list[Command]:
         ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", keyspace.GATEWAY_COUNTERS,
          field, amount)
         for field, amount in fields.items()
-    ]  # fmt: skip
+    ]
 
 
 def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:

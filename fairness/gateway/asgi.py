@@ -229,7 +229,7 @@ class GatewayApp:
         request = StreamedRequest(
             method=scope["method"], path=scope["path"], query_string=scope["query_string"].decode("latin-1"),
             headers=headers, body=body, request_id=request_id, key=key, directory=directory,
-        )  # fmt: skip
+        )
         await self._answer_until_disconnect(streamed.view, request, send, body.pump())
 
     async def _answer_until_disconnect(
@@ -267,7 +267,7 @@ class GatewayApp:
         return GatewayRequest(
             method=scope["method"], path=scope["path"], headers=headers, body=body,
             request_id=request_id, key=key, directory=directory,
-        )  # fmt: skip
+        )
 
     async def _authenticate(self, scope: dict[str, Any]) -> tuple[dict[str, str], KeyInfo, ReplicaDirectory]:
         """The request's headers, and its key checked from them (ApiError 401 if not valid)."""
@@ -333,7 +333,7 @@ class StoreFailureLog:
             self._since += 1
             return
         log.error("Redis unavailable; %d more request(s) answered 503 since the last report", self._since,
-                  exc_info=exc)  # fmt: skip
+                  exc_info=exc)
         self._logged_at, self._since = now, 0
 
 
@@ -352,7 +352,7 @@ def _failure(exc: Exception, request_id: str) -> HttpResponse:
         return ApiError(
             503, "The gateway's state store is unavailable; try again shortly.",
             "store_unavailable", retry_after=5,
-        ).response()  # fmt: skip
+        ).response()
     log.exception("unexpected gateway error for %s", request_id)
     return ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
 

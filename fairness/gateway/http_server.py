@@ -242,7 +242,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         error = ApiError(
             431, f"The request's headers exceed the limit of {self.max_header_bytes} bytes.",
             "request_headers_too_large",
-        )  # fmt: skip
+        )
         self._answer_and_close(431, (b"application/json", json.dumps(error.body()).encode()))
 
     def _answer_and_close(self, status: int, content: tuple[bytes, bytes]) -> None:
@@ -275,5 +275,5 @@ async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
         "type": "http.response.start", "status": 503,
         "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                     (b"retry-after", b"1"), (b"connection", b"close")],
-    })  # fmt: skip
+    })
     await send({"type": "http.response.body", "body": body})

@@ -45,7 +45,7 @@ def request_estimate(request: ProxyRequest, body_bytes: int) -> float:
     return fair_share.weighted_tokens(
         prompt_estimate(body_bytes), int(limit),
         settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
-    )  # fmt: skip
+    )
 
 
 def completion_ask(request: ProxyRequest, body_bytes: int, context_tokens: int | None = None) -> CompletionAsk:
@@ -242,7 +242,7 @@ class RequestLifecycle:
                     raise error
         except (redis.exceptions.RedisError, OSError):
             log.warning("could not settle %s; its usage waits in the outbox", self.event["request_id"],
-                        exc_info=True)  # fmt: skip
+                        exc_info=True)
             outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal,
                         charge=self._unsettled())
         else:
@@ -258,7 +258,7 @@ class RequestLifecycle:
             self.event["prompt_tokens"], self.event["completion_tokens"],
             settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
             cached=self.event.get("cached_tokens", 0), w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
-        )  # fmt: skip
+        )
 
     def _accounting(self) -> list[Command]:
         return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)

@@ -100,7 +100,7 @@ class GatewayRuntime:
             recheck_seconds=min(1.0, ttl / 3), routing_epsilon=config.routing_epsilon,
             routing_floor=config.routing_bound_floor, on_unknown_group=self.restate_capacity,
             half_life_seconds=config.fairshare_half_life_seconds, max_queued_total=config.max_queued_total,
-        )  # fmt: skip
+        )
         # The requests' way in: `admission` itself unless a batch runner watches its grants.
         self.admits: Admits = self.admission
         # Usage events Redis could not take yet, or might lose if it restarts empty.

@@ -75,7 +75,7 @@ class UsageOutbox:
         retain_seconds: float | None = None,
         batch_size: int = 500, idle_seconds: float = 1.0, backoff: tuple[float, float] = (0.1, 2.0),
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._lane = lane
         self._admission = admission  # charges fair-share usage the failed releases did not
         self._max = max(1, settings.GP_USAGE_OUTBOX_MAX if max_events is None else max_events)
@@ -220,16 +220,16 @@ class UsageOutbox:
             waiting: Command = (
                 ("HSET", keyspace.USAGE_OUTBOX_WAITING, self._process, len(pending)) if pending
                 else ("HDEL", keyspace.USAGE_OUTBOX_WAITING, self._process)
-            )  # fmt: skip
+            )
             charges = [
                 self._admission.settle_command(*kept.charge)
                 for kept in chunk if kept.charge and self._admission
-            ]  # fmt: skip
+            ]
             try:
                 opened = await self._push(
                     [kept.event for kept in chunk], counts,
                     waiting, ("EXPIRE", keyspace.USAGE_OUTBOX_WAITING, _WAITING_TTL), *charges,
-                )  # fmt: skip
+                )
             except BaseException:
                 pending.extendleft(reversed(chunk))
                 self._bound()

@@ -48,7 +48,7 @@ def _people() -> list[PersonStorage]:
         row["owner__username"]: row["n"]
         for row in Batch.objects.exclude(status__in=Batch.UNFINISHED).order_by().values("owner__username")
         .annotate(n=Count("pk"))
-    }  # fmt: skip
+    }
     none = {"files": 0, "bytes": 0}
     rows = [
         PersonStorage(name, files.get(name, none)["files"], files.get(name, none)["bytes"], ended.get(name, 0))
@@ -63,7 +63,7 @@ def storage(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/storage.html", {
         "people": _people(), "quota": settings.GP_STORAGE_QUOTA_BYTES_PER_USER,
         "retention_days": settings.GP_FILE_RETENTION_DAYS,
-    })  # fmt: skip
+    })
 
 
 def _get_person_for_staff(username: str) -> User:
@@ -77,10 +77,10 @@ def free(request: SignedInRequest, username: str) -> HttpResponse:
     if request.method == "POST":
         freed = actions.free_storage(actions.Actor(request.user, client_address(request)), owner)
         messages.success(request, f"Freed {filesizeformat(freed.bytes)} of {username}'s: {freed.files} files and "
-                                  f"{freed.batches} ended batches deleted.")  # fmt: skip
+                                  f"{freed.batches} ended batches deleted.")
         return redirect("staff-storage")
     files = BatchFile.objects.of_owner(owner.pk).order_by("-bytes", "-id")
     return render(request, "staff/storage_free.html", {
         "owner": owner, "files": files[:LISTED_FILES], "more": max(0, files.count() - LISTED_FILES),
         "kept": retention.needed_by_unfinished(owner.pk),
-    })  # fmt: skip
+    })

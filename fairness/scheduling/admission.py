@@ -106,7 +106,7 @@ def _library() -> _Library:
     code = [f"#!lua name={name}", lib]
     for entry, source in entries.items():
         code += [f"redis.register_function('{functions[entry]}', function(KEYS, ARGV)",
-                 "begin(KEYS, ARGV)", source, "end)"]  # fmt: skip
+                 "begin(KEYS, ARGV)", source, "end)"]
     return _Library("\n".join(code), functions)
 
 
@@ -430,7 +430,7 @@ class Admission:
                     *self._queue_bounds(demand, bounded),
                     demand.completion.spec() if demand.completion is not None and demand.budgets else "",
                     repeat,
-                )  # fmt: skip
+                )
                 repeat = 1
                 state = Reply(int(reply[0]))
                 if state == Reply.CAPACITY_UNKNOWN:
@@ -531,7 +531,7 @@ class Admission:
         release = self._eval(
             "release", grant.lease_id, demand.association, charge, demand.estimate,
             budget_spec(demand.budgets, self._clock()), rate_spec(demand.rate_limits), self._half_life,
-        )  # fmt: skip
+        )
         await self._shielded(self._send(release, *also))
 
     def charge_command(self, association: str, amount: float) -> Command:
@@ -544,7 +544,7 @@ class Admission:
         return self._eval(
             "release", "", demand.association, used, demand.estimate,
             budget_spec(demand.budgets, self._clock()), "", self._half_life,
-        )  # fmt: skip
+        )
 
     async def send(self, *commands: Command) -> list[Any]:
         """One round trip of these commands; functions Redis has forgotten are loaded again."""
@@ -790,7 +790,7 @@ class Admission:
                 int(g.borrowed), g.enqueued_at,
             )
             for g in grants
-        ))  # fmt: skip
+        ))
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -59,12 +59,12 @@ def parse_stats(reply: list[Any], now: float) -> Stats:
         g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
             "queued": int(gq.get(g, 0))}
         for g in sorted({*cap, *gin, *gq})
-    }  # fmt: skip
+    }
     tiers: dict[str, TierStats] = {
         p: {"in_flight": int(pin.get(p, 0)), "borrowed": int(pbin.get(p, 0)),
             "queued": int(pq.get(p, 0)), "longest_wait": max(0.0, oldest.get(p, 0.0))}
         for p in sorted({*pin, *pbin, *pq})
-    }  # fmt: skip
+    }
     keys: dict[str, KeyStats] = {
         k: {"in_flight": int(kin.get(k, 0)), "queued": int(kq.get(k, 0))}
         for k in sorted({*kin, *kq})

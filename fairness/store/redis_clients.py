@@ -34,7 +34,7 @@ def redis_async() -> redis.asyncio.Redis:
         pool = redis.asyncio.BlockingConnectionPool.from_url(
             settings.REDIS_URL, max_connections=512, timeout=10,
             retry=redis.asyncio.retry.Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError],
-        )  # fmt: skip
+        )
         client = redis.asyncio.Redis(connection_pool=pool)
         _async_clients[loop] = client
     return client

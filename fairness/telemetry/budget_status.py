@@ -120,7 +120,7 @@ def _weighted(records: QuerySet[UsageRecord]) -> float:
     """What the gateway charged for these records (fair_share.weighted_tokens, summed: it is
     linear once each row's cached count is at most its prompt)."""
     sums = records.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"),
-                             k=Sum(Least("cached_tokens", "prompt_tokens")))  # fmt: skip
+                             k=Sum(Least("cached_tokens", "prompt_tokens")))
     return fair_share.weighted_tokens(
         sums["p"] or 0, sums["c"] or 0, settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,
         cached=sums["k"] or 0, w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT,
@@ -189,7 +189,7 @@ async def send_notices(now: float | None = None) -> int:
         budgets = in_force(list(Budget.objects.select_related("account", "membership__user",
                                                              "membership__account", "key")), now)
         return [s for s in status_of(budgets, now)
-                if s.fraction >= SOFT_LIMIT and s.budget.noticed_period != s.window.field]  # fmt: skip
+                if s.fraction >= SOFT_LIMIT and s.budget.noticed_period != s.window.field]
 
     sent = 0
     for status in await sync_to_async(due)():

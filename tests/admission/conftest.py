@@ -23,11 +23,11 @@ GROUP = "tiny-llm"
 INTERACTIVE = Demand(
     key_id="alice", tier="interactive", per_key_cap=2, pool_cap=None, head_start_seconds=600.0,
     borrow=False, max_queued_per_key=10, max_wait_seconds=300.0, group=GROUP,
-)  # fmt: skip
+)
 BATCH = Demand(
     key_id="carol", tier="batch", per_key_cap=1, pool_cap=2, head_start_seconds=0.0,
     borrow=True, max_queued_per_key=10, max_wait_seconds=3600.0, group=GROUP,
-)  # fmt: skip
+)
 alice = INTERACTIVE
 bob = dataclasses.replace(INTERACTIVE, key_id="bob")
 carol = BATCH

@@ -103,4 +103,4 @@ async def test_batch_pool_cap_is_borrowed_past_too(admission: Admission) -> None
     assert [g.borrowed for g in grants] == [False, False, True, True, True]
     assert (await admission.stats())["tiers"]["batch"] == {
         "in_flight": 5, "borrowed": 3, "queued": 0, "longest_wait": 0.0,
-    }  # fmt: skip
+    }

@@ -72,7 +72,7 @@ async def test_a_killed_connection_fails_what_was_in_flight_and_the_next_batch_r
     async def blocking_elsewhere() -> int | None:  # on this database: the server may be shared
         db = client.connection_pool.connection_kwargs.get("db", 0)
         return next((int(c["id"]) for c in await client.client_list()
-                     if c["cmd"] == "blpop" and int(c["db"]) == db and int(c["id"]) != before), None)  # fmt: skip
+                     if c["cmd"] == "blpop" and int(c["db"]) == db and int(c["id"]) != before), None)
 
     await async_wait_for(lambda: blocking_on(before), timeout=5, what="the lane's BLPOP to block")
     await client.client_kill_filter(_id=before)

@@ -117,7 +117,7 @@ async def test_full_batch_pool_does_not_block_other_tiers(admission: Admission) 
     await admission.set_capacity(GROUP, 8)
     no_borrow = {"borrow": False}
     held = [await admitted(admission, like(carol, **no_borrow)),
-            await admitted(admission, like(dave, **no_borrow))]  # fmt: skip
+            await admitted(admission, like(dave, **no_borrow))]
     erin = await enqueue(admission, like(carol, key_id="erin", **no_borrow))  # pool at 2
     assert (await granted(start(admission, alice))).queued_seconds == 0.0
     await admission.release(held[0])

@@ -63,7 +63,7 @@ async def test_caps_hold_across_processes_under_concurrency(
         "capacity": capacity, "reserve": reserve, "recheck": 0.2, "loops": 16, "iterations": 50,
         "max_hold": 0.004, "cancel_ratio": 0.15,
         "demands": [dataclasses.asdict(d) for d in interactive + batch],
-    }  # fmt: skip
+    }
     procs = [await spawn({**base, "seed": n}) for n in range(4)]
     outputs = [await asyncio.wait_for(p.communicate(), 80) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
@@ -81,7 +81,7 @@ async def test_caps_hold_across_processes_under_concurrency(
         assert sum(c.get("borrowed", 0) for c in counts) > 0
         assert sum(c.get("cancelled", 0) for c in counts) > 0
         left = {k: v for h in ("group", "key", "pool", "borrowed")
-                for k, v in (await client.hgetall(f"{check}{h}")).items() if v != "0"}  # fmt: skip
+                for k, v in (await client.hgetall(f"{check}{h}")).items() if v != "0"}
         assert left == {}
         stats = await admission.stats()
         assert stats["keys"] == {} and stats["tiers"] == {}
@@ -100,7 +100,7 @@ async def test_a_killed_gateways_lease_goes_within_one_ttl_and_a_waiter_gets_it(
     admission = await make_admission(clock=time.time, lease_ttl=ttl, recheck_seconds=0.1)
     await admission.set_capacity(GROUP, 1)
     config = {"url": redis_url, "prefix": prefix, "ttl": ttl, "recheck": 0.1,
-              "demand": dataclasses.asdict(bob)}  # fmt: skip
+              "demand": dataclasses.asdict(bob)}
     async with holder(config) as proc:
         waiter = start(admission, alice)
 
@@ -127,7 +127,7 @@ async def test_a_killed_gateways_leases_and_tickets_vanish_with_nobody_waiting(
     admission = await make_admission(clock=time.time, lease_ttl=ttl, recheck_seconds=0.1)
     await admission.set_capacity(GROUP, 1)
     config = {"url": redis_url, "prefix": prefix, "ttl": ttl, "recheck": 0.1,
-              "demand": dataclasses.asdict(bob), "queue": dataclasses.asdict(bob)}  # fmt: skip
+              "demand": dataclasses.asdict(bob), "queue": dataclasses.asdict(bob)}
     async with holder(config) as proc:
 
         async def bob_waits() -> bool:

@@ -29,7 +29,7 @@ def gateway_session(live_db_url: str, batch_files_dir: Path) -> Iterator[Gateway
         live_db_url, name="gateway-batch-files", GP_BATCH_FILES_DIR=str(batch_files_dir),
         GP_MAX_BATCH_FILE_BYTES=str(FILE_LIMIT), GP_MAX_BATCH_FILES_PER_USER=str(FILES_PER_USER),
         GP_CLIENT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT),
-    )  # fmt: skip
+    )
     yield process
     process.stop()
 
@@ -47,7 +47,7 @@ def empty_storage(directory: Path, settings) -> Path:
         **settings.STORAGES,
         "batch_files": {"BACKEND": "django.core.files.storage.FileSystemStorage",
                         "OPTIONS": {"location": str(directory)}},
-    }  # fmt: skip
+    }
     return directory
 
 

@@ -12,7 +12,7 @@ def test_the_admin_lists_batch_files_read_only(tiers):
     staff = get_user_model().objects.create_superuser("root", password="a long admin password")
     owner = get_user_model().objects.create_user("alice")
     row = BatchFile.objects.create(public_id="file-" + "a" * 24, owner=owner, purpose="batch",
-                                   filename="requests.jsonl", bytes=12, stored_name="ab/abc.jsonl")  # fmt: skip
+                                   filename="requests.jsonl", bytes=12, stored_name="ab/abc.jsonl")
     client = Client()
     client.force_login(staff)
     listing = client.get("/admin/fairness/batchfile/")

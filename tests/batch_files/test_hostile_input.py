@@ -10,17 +10,17 @@ from tests.batch_files.conftest import files_on_disk, jsonl
 
 
 def upload(gateway, secret: str, content: bytes, *, purpose: str | None = "batch", filename: str = "in.jsonl",
-           **kwargs) -> httpx.Response:  # fmt: skip
+           **kwargs) -> httpx.Response:
     data = {"purpose": purpose} if purpose is not None else {}
     return httpx.post(
         gateway.url + "/v1/files", headers={"authorization": f"Bearer {secret}"}, data=data,
         files={"file": (filename, content, "application/jsonl")}, timeout=60, **kwargs,
-    )  # fmt: skip
+    )
 
 
 def raw_post(gateway, secret: str, body: bytes, content_type: str) -> httpx.Response:
     return httpx.post(gateway.url + "/v1/files", content=body, timeout=30,
-                      headers={"authorization": f"Bearer {secret}", "content-type": content_type})  # fmt: skip
+                      headers={"authorization": f"Bearer {secret}", "content-type": content_type})
 
 
 def assert_refused(response: httpx.Response, status: int, code: str, param: str | None = None) -> dict:
@@ -45,7 +45,7 @@ def test_a_purpose_other_than_batch_is_refused(gateway, alice, stored_files):
 
 def test_a_form_without_a_file_part_is_refused(gateway, alice):
     response = httpx.post(gateway.url + "/v1/files", headers={"authorization": f"Bearer {alice}"},
-                          data={"purpose": "batch"}, files={"other": ("x.jsonl", jsonl())})  # fmt: skip
+                          data={"purpose": "batch"}, files={"other": ("x.jsonl", jsonl())})
     assert_refused(response, 400, "missing_required_parameter", "file")
 
 
@@ -105,7 +105,7 @@ def test_what_is_not_jsonl_text_is_refused(gateway, alice, stored_files, content
 def test_two_file_parts_are_refused(gateway, alice, stored_files):
     response = httpx.post(gateway.url + "/v1/files", headers={"authorization": f"Bearer {alice}"},
                           data={"purpose": "batch"},
-                          files=[("file", ("a.jsonl", jsonl())), ("file", ("b.jsonl", jsonl()))])  # fmt: skip
+                          files=[("file", ("a.jsonl", jsonl())), ("file", ("b.jsonl", jsonl()))])
     assert_refused(response, 400, "invalid_request", "file")
     assert files_on_disk(stored_files) == []
 
@@ -121,7 +121,7 @@ def test_wrong_methods_and_paths_are_refused(gateway, alice):
 def test_a_purpose_sent_after_the_file_is_read_and_checked_too(gateway, alice, stored_files):
     def form(purpose: bytes) -> bytes:
         return (FILE_PART + b"\r\n" + jsonl() + b"\r\n--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n"
-                + purpose + b"\r\n--b--\r\n")  # fmt: skip
+                + purpose + b"\r\n--b--\r\n")
 
     assert_refused(raw_post(gateway, alice, form(b"assistants"), FORM), 400, "invalid_value", "purpose")
     assert files_on_disk(stored_files) == []
@@ -130,7 +130,7 @@ def test_a_purpose_sent_after_the_file_is_read_and_checked_too(gateway, alice, s
 
 
 DEEP_LINE = b'{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + b"[" * 100_000 \
-    + b"]" * 100_000 + b"}\n"  # fmt: skip
+    + b"]" * 100_000 + b"}\n"
 
 
 def huge_line() -> bytes:
@@ -149,9 +149,9 @@ def huge_line() -> bytes:
     ],
     ids=["deep-first-line", "100-mb-first-line", "100-mb-second-line", "bad-utf-8-mid-line",
          "first-line-not-an-object"],
-)  # fmt: skip
+)
 def test_a_line_no_request_could_be_is_refused_at_upload_naming_the_line(gateway, alice, stored_files, make_content,
-                                                                         line, said):  # fmt: skip
+                                                                         line, said):
     content = make_content()
     error = assert_refused(upload(gateway, alice, content), 400, "invalid_file_format", "file")
     assert error["message"].startswith(f"Line {line} of the file ") and said in error["message"], error["message"]

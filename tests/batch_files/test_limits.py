@@ -41,7 +41,7 @@ def rss_kib(pid: int, field: str) -> int:
 def test_a_file_just_over_the_limit_gets_413_and_leaves_nothing(openai_for, cast, stored_files, tmp_path):
     client = openai_for(cast["alice"])
     with jsonl_file(tmp_path / "big.jsonl", FILE_LIMIT + 1).open("rb") as big, \
-            pytest.raises(openai.APIStatusError) as refused:  # fmt: skip
+            pytest.raises(openai.APIStatusError) as refused:
         client.files.create(file=big, purpose="batch")
     assert refused.value.status_code == 413
     assert refused.value.body["code"] == "file_too_large" and "202 MiB" in refused.value.body["message"]
@@ -57,7 +57,7 @@ def answer_before_the_body(gateway, secret: str, declared_length: int) -> bytes:
         conn.sendall(
             b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
             + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n" % declared_length
-        )  # fmt: skip
+        )
         return read_answer(conn)
 
 
@@ -90,7 +90,7 @@ def _start_streaming_upload(gateway, secret: str) -> socket.socket:
     conn.sendall(
         b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
         + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )  # fmt: skip
+    )
     _send_chunk(conn, b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
                       b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.jsonl"\r\n\r\n' + FIRST_LINE)
     return conn
@@ -164,5 +164,5 @@ def test_the_quota_is_checked_before_the_body_is_read(gateway, cast, openai_for)
     for n in range(FILES_PER_USER):
         client.files.create(file=(f"{n}.jsonl", jsonl()), purpose="batch")
     response = httpx.post(gateway.url + "/v1/files", headers={"authorization": f"Bearer {cast['alice'].secret}"},
-                          data={"purpose": "batch"}, files={"file": ("x.jsonl", jsonl())})  # fmt: skip
+                          data={"purpose": "batch"}, files={"file": ("x.jsonl", jsonl())})
     assert response.status_code == 403

@@ -73,7 +73,7 @@ def test_a_form_of_more_parts_than_an_upload_has_is_refused_at_the_part_past_the
 
 @pytest.mark.parametrize("headers", [b"X-Pad: " + b"y" * 17 * 1024 + b"\r\n", (b"X-Pad: " + b"y" * 1500 + b"\r\n") * 3,
                                      b"X-Pad: y\r\n" * 5],
-                         ids=["one-17-kib-line", "4.5-kib-in-three-lines", "five-headers"])  # fmt: skip
+                         ids=["one-17-kib-line", "4.5-kib-in-three-lines", "five-headers"])
 def test_a_part_s_headers_past_their_limit_are_refused_even_when_they_come_in_one_chunk(headers):
     body = field(b"file", headers) + b"--XyZ--\r\n"
     with pytest.raises(MultipartError, match="headers are too long"):

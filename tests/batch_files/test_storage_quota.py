@@ -30,7 +30,7 @@ UPLOADS_AT_ONCE = 12
 def two_gateways(live_db_url: str, batch_files_dir: Path) -> Iterator[list[GatewayProcess]]:
     """Two gateway processes over one database and one storage, with small limits."""
     env = {"GP_BATCH_FILES_DIR": str(batch_files_dir), "GP_MAX_BATCH_FILES_PER_USER": str(FILES),
-           "GP_STORAGE_QUOTA_BYTES_PER_USER": str(QUOTA)}  # fmt: skip
+           "GP_STORAGE_QUOTA_BYTES_PER_USER": str(QUOTA)}
     processes = [start_gateway(live_db_url, name=f"gateway-quota-{n}", **env) for n in range(2)]
     yield processes
     for process in processes:
@@ -99,7 +99,7 @@ def test_twelve_uploads_at_once_never_pass_the_byte_quota(gateways, cast, stored
 def test_results_count_and_an_upload_past_the_quota_is_refused_before_its_body(gateways, cast, stored_files):
     alice = get_user_model().objects.get(username="alice")
     BatchFile.objects.create(public_id="file-results", owner=alice, purpose="batch_output", filename="r.jsonl",
-                             bytes=QUOTA - 1024, stored_name="aa/results.jsonl")  # fmt: skip
+                             bytes=QUOTA - 1024, stored_name="aa/results.jsonl")
     answer = answer_before_the_body(gateways[0], cast["alice"].secret, 30_000)  # no body sent: answered anyway
     assert answer.startswith(b"HTTP/1.1 403") and b"storage_quota_exceeded" in answer
     # A file that passes the room left while it streams stops there, and leaves nothing.
@@ -113,10 +113,10 @@ def test_no_batch_starts_while_a_persons_files_fill_their_quota(gateways, cast):
     response = upload(gateways[0], cast["alice"].secret, jsonl())
     assert response.status_code == 200, response.text
     BatchFile.objects.create(public_id="file-results", owner=alice, purpose="batch_output", filename="r.jsonl",
-                             bytes=QUOTA, stored_name="aa/results.jsonl")  # fmt: skip
+                             bytes=QUOTA, stored_name="aa/results.jsonl")
     created = httpx.post(gateways[1].url + "/v1/batches", headers={"authorization": f"Bearer {cast['alice'].secret}"},
                          json={"input_file_id": response.json()["id"], "endpoint": "/v1/chat/completions",
-                               "completion_window": "24h"})  # fmt: skip
+                               "completion_window": "24h"})
     assert_refused(created, 403, "storage_quota_exceeded")
 
 

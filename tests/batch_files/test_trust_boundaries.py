@@ -42,7 +42,7 @@ def test_a_revoked_key_gets_401_for_every_call(openai_for, cast, alices_file):
     alice = openai_for(cast["alice"])
     for call in (lambda: alice.files.create(file=("x.jsonl", jsonl()), purpose="batch"), alice.files.list,
                  lambda: alice.files.retrieve(alices_file.id), lambda: alice.files.content(alices_file.id),
-                 lambda: alice.files.delete(alices_file.id)):  # fmt: skip
+                 lambda: alice.files.delete(alices_file.id)):
         with pytest.raises(openai.AuthenticationError) as refused:
             call()
         assert refused.value.body["code"] == "revoked_api_key"

@@ -31,7 +31,7 @@ def one_plain_file() -> bytes:
     lines = jsonl(1000)
     return (b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
             b'--b\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n'
-            + lines * (UPLOAD_BYTES // len(lines)) + b"\r\n--b--\r\n")  # fmt: skip
+            + lines * (UPLOAD_BYTES // len(lines)) + b"\r\n--b--\r\n")
 
 
 class StreamedUpload:
@@ -45,7 +45,7 @@ class StreamedUpload:
             b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
             + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: " + str(len(body)).encode()
             + b"\r\n\r\n"
-        )  # fmt: skip
+        )
         self.started = time.monotonic()
         self.took = 0.0
         self._writer = threading.Thread(target=self._write, args=(body,), daemon=True)
@@ -102,7 +102,7 @@ def test_another_key_s_requests_are_answered_at_once_while_an_upload_streams(gat
     p95 = statistics.quantiles(latencies, n=20)[-1]
     measured = (f"upload answered in {upload.took:.2f} s; /v1/models: {len(latencies)} requests, "
                 f"p50 {statistics.median(latencies) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
-                f"max {max(latencies) * 1000:.1f} ms")  # fmt: skip
+                f"max {max(latencies) * 1000:.1f} ms")
     print(measured)
     assert p95 < 0.050, measured
     assert upload.answer.startswith(b"HTTP/1.1 %d" % status), upload.answer[:300]

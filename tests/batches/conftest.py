@@ -17,7 +17,7 @@ from tests.worker_process import WorkerProcess
 
 # Short, so a killed runner's batch is taken over quickly and slices end within a test.
 RUNNER_ENV = {"GP_BATCH_POLL_SECONDS": "0.5", "GP_BATCH_CLAIM_SECONDS": "3", "GP_BATCH_SLICE_SECONDS": "8",
-              "GP_USAGE_FLUSH_SECONDS": "0.5", "GP_POLL_SECONDS": "1"}  # fmt: skip
+              "GP_USAGE_FLUSH_SECONDS": "0.5", "GP_POLL_SECONDS": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +28,7 @@ def batch_files_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def gateway_session(live_db_url: str, batch_files_dir: Path) -> Iterator[GatewayProcess]:
     process = start_gateway(live_db_url, name="gateway-batches", GP_BATCH_FILES_DIR=str(batch_files_dir),
-                            **RUNNER_ENV)  # fmt: skip
+                            **RUNNER_ENV)
     yield process
     process.stop()
 
@@ -66,7 +66,7 @@ def chat_lines(count: int, model: str = "sim", max_tokens: int = 8, prefix: str 
                     "body": {"model": model, "max_tokens": max_tokens,
                              "messages": [{"role": "user", "content": f"line {n}"}]}}).encode() + b"\n"
         for n in range(count)
-    )  # fmt: skip
+    )
 
 
 def wait_for_status(client, batch_id: str, statuses: set[str], timeout: float = 60.0):

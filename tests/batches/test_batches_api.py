@@ -27,7 +27,7 @@ def create(client, **fields):
     ({"completion_window": "1h"}, "completion_window"),
     ({"metadata": {"k": "v" * 513}}, "metadata"),
     ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata"),
-])  # fmt: skip
+])
 def test_a_create_with_a_bad_field_is_400_naming_it(openai_for, cast, fields, param):
     client = openai_for(cast["carol"])
     with pytest.raises(openai.BadRequestError) as caught:
@@ -95,7 +95,7 @@ def test_unfinished_batches_per_person_are_capped(openai_for, cast, settings):
               api_key_id=cast["carol"].key_id, input_file_public_id=file_id, endpoint="/v1/chat/completions",
               expires_at="2100-01-01T00:00:00Z")
         for n in range(10)
-    )  # fmt: skip
+    )
     with pytest.raises(openai.RateLimitError, match="still running"):
         create(client, input_file_id=file_id)
 

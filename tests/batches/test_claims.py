@@ -21,7 +21,7 @@ def batch_held_by(cast, runner: str, seen: dt.datetime | None, name: str) -> Bat
         public_id=name, owner=get_user_model().objects.get(username="carol"), api_key_id=cast["carol"].key_id,
         input_file_public_id="file-x", endpoint="/v1/chat/completions", status="in_progress",
         expires_at=timezone.now() + dt.timedelta(hours=1), runner=runner, runner_seen_at=seen, total=2,
-    )  # fmt: skip
+    )
     BatchLine.objects.create(batch=batch, index=0, custom_id="a", state="pending")
     BatchLine.objects.create(batch=batch, index=1, custom_id="b", state="done")
     return batch

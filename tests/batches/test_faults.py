@@ -43,7 +43,7 @@ def slow_lines(count: int, max_tokens: int = 150) -> bytes:
                     "body": {"model": "slow", "max_tokens": max_tokens, "ignore_eos": True, "user": f"line-{n}",
                              "messages": [{"role": "user", "content": f"line {n}"}]}}).encode() + b"\n"
         for n in range(count)
-    )  # fmt: skip
+    )
 
 
 def start_batch(client, lines: bytes):
@@ -70,7 +70,7 @@ def test_a_runner_killed_mid_batch_is_taken_over_and_no_line_completes_twice(slo
     # moment that tests taking over. (Killed in the milliseconds between an engine's answer and
     # its record, a line would run again: see docs/batches.md.)
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 4, timeout=60,
-             interval=0.1, what="some lines done")  # fmt: skip
+             interval=0.1, what="some lines done")
     wait_for(lambda: mid_generation(slow_sim), timeout=20, interval=0.02, what="lines mid-generation")
     first.kill()
     wait_for(lambda: slow_sim.stats()["running"] == 0, timeout=10, what="the dead runner's requests aborted")
@@ -91,7 +91,7 @@ def test_a_runner_killed_mid_batch_is_taken_over_and_no_line_completes_twice(slo
 def test_cancel_mid_run_aborts_what_runs_starts_nothing_and_keeps_what_finished(slow_client, slow_sim, runner):
     batch = start_batch(slow_client, slow_lines(60))
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 3, timeout=60,
-             interval=0.1, what="some lines done")  # fmt: skip
+             interval=0.1, what="some lines done")
 
     cancelling = slow_client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled")
@@ -111,7 +111,7 @@ def test_cancel_mid_run_aborts_what_runs_starts_nothing_and_keeps_what_finished(
 def test_a_batch_whose_window_ends_expires_with_what_it_finished(slow_client, slow_sim, runner):
     batch = start_batch(slow_client, slow_lines(60))
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 3, timeout=60,
-             interval=0.1, what="some lines done")  # fmt: skip
+             interval=0.1, what="some lines done")
     Batch.objects.filter(public_id=batch.id).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
 
     done = wait_for_status(slow_client, batch.id, ENDED, timeout=30)
@@ -126,12 +126,12 @@ def test_a_batch_whose_window_ends_expires_with_what_it_finished(slow_client, sl
 def test_a_revoked_key_stops_its_batch(slow_client, slow_sim, runner, cast):
     batch = start_batch(slow_client, slow_lines(60))
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 1, timeout=60,
-             interval=0.1, what="a line done")  # fmt: skip
+             interval=0.1, what="a line done")
     ApiKey.objects.filter(pk=cast["carol"].key_id).update(revoked_at=timezone.now())
 
     done = Batch.objects.get(public_id=batch.id)
     done = wait_for(lambda: (b := Batch.objects.get(public_id=batch.id)).finished and b, timeout=30, interval=0.2,
-                    what="the batch to end")  # fmt: skip
+                    what="the batch to end")
     assert done.status == "failed"
     assert done.errors["data"][0]["code"] == "revoked_api_key"
     assert done.completed >= 1 and done.completed + done.failed == 60
@@ -164,7 +164,7 @@ def test_a_batch_fills_every_slot_and_gives_one_back_at_once_for_a_chat(slow_cli
     assert int(chat.headers["X-GPUPortal-Queued-Ms"]) < 150
     assert chat.parse().choices[0].message.content
     wait_for(lambda: any(r["outcome"] == "abort" and (r["user"] or "").startswith("line-")
-                         for r in slow_sim.requests()), timeout=10, what="a line given back")  # fmt: skip
+                         for r in slow_sim.requests()), timeout=10, what="a line given back")
 
     done = wait_for_status(slow_client, batch.id, ENDED, timeout=120)
     assert done.status == "completed" and done.request_counts.completed == 40

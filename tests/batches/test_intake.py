@@ -22,7 +22,7 @@ DIRECTORY = ReplicaDirectory([ReplicaInfo(1, "a", "http://127.0.0.1:1", "sim", "
 
 def line(custom_id: str = "x", ensure_ascii: bool = False, **overrides) -> str:
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"model": "sim", "messages": []}, **overrides}, ensure_ascii=ensure_ascii)  # fmt: skip
+                       "body": {"model": "sim", "messages": []}, **overrides}, ensure_ascii=ensure_ascii)
 
 
 def nested(depth: int) -> list:
@@ -34,7 +34,7 @@ def nested(depth: int) -> list:
 
 # A line nested 100,000 deep: the standard library's parser recursed once per level.
 DEEP = '{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + "[" * 100_000 \
-    + "]" * 100_000 + "}"  # fmt: skip
+    + "]" * 100_000 + "}"
 
 
 def check(raw: str, seen: set[str] | None = None):
@@ -63,7 +63,7 @@ def check(raw: str, seen: set[str] | None = None):
     (line(body=5), "invalid_body"),
     (line("a\x00b"), "missing_custom_id"),
     (line(body={"model": "s\x00m"}), "missing_model"),
-])  # fmt: skip
+])
 def test_a_bad_line_says_why(raw, code):
     checked = check(raw)
     assert isinstance(checked, BadLine) and checked.code == code and checked.message
@@ -79,10 +79,10 @@ def make_batch(cast, content: bytes) -> Batch:
     name = batch_storage().save("in.jsonl", ContentFile(content))
     owner = get_user_model().objects.get(username="carol")
     file = BatchFile.objects.create(public_id="file-in", owner=owner, purpose="batch", filename="in.jsonl",
-                                    bytes=len(content), stored_name=name)  # fmt: skip
+                                    bytes=len(content), stored_name=name)
     return Batch.objects.create(public_id="batch_in", owner=owner, api_key_id=cast["carol"].key_id, input_file=file,
                                 input_file_public_id=file.public_id, endpoint="/v1/chat/completions",
-                                expires_at=timezone.now() + dt.timedelta(hours=24))  # fmt: skip
+                                expires_at=timezone.now() + dt.timedelta(hours=24))
 
 
 def test_lines_are_read_in_order_bad_ones_failed_blank_ones_skipped(cast, stored_files):
@@ -94,7 +94,7 @@ def test_lines_are_read_in_order_bad_ones_failed_blank_ones_skipped(cast, stored
     assert (batch.status, batch.total, batch.failed, batch.completed) == ("in_progress", 4, 2, 0)
     rows = list(BatchLine.objects.values_list("index", "custom_id", "state", "error_code"))
     assert rows == [(0, "a", "pending", ""), (1, "", "failed", "invalid_json_line"),
-                    (2, "b", "failed", "model_not_allowed"), (3, "c", "pending", "")]  # fmt: skip
+                    (2, "b", "failed", "model_not_allowed"), (3, "c", "pending", "")]
 
 
 def test_a_line_longer_than_any_request_is_failed_without_being_held(cast, stored_files, settings):
@@ -103,7 +103,7 @@ def test_a_line_longer_than_any_request_is_failed_without_being_held(cast, store
     take_in(batch, _key_info(pk=cast["carol"].key_id), DIRECTORY)
     rows = list(BatchLine.objects.values_list("custom_id", "state", "error_code"))
     assert rows == [("a", "pending", ""), ("", "failed", "line_too_large"), ("b", "pending", ""),
-                    ("", "failed", "invalid_json_line")]  # fmt: skip (the last one fits: it is only not JSON)
+                    ("", "failed", "invalid_json_line")]
 
 
 def test_more_lines_than_a_batch_may_hold_fail_the_batch(cast, stored_files, settings):

@@ -15,7 +15,7 @@ def test_a_batch_runs_to_completed_with_every_custom_id_answered_once(openai_for
     uploaded = client.files.create(file=("in.jsonl", chat_lines(20)), purpose="batch")
 
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                  completion_window="24h", metadata={"project": "survey"})  # fmt: skip
+                                  completion_window="24h", metadata={"project": "survey"})
     assert (batch.object, batch.status, batch.input_file_id) == ("batch", "validating", uploaded.id)
     assert batch.metadata == {"project": "survey"} and batch.expires_at - batch.created_at == 24 * 3600
 
@@ -35,7 +35,7 @@ def test_a_batch_runs_to_completed_with_every_custom_id_answered_once(openai_for
 
     # Every line was a request of carol's key, accounted as any other.
     wait_for(lambda: UsageRecord.objects.filter(key_id=cast["carol"].key_id, status=200).count() == 20,
-             timeout=60, what="the lines' usage records", evidence=runner.log_tail)  # fmt: skip
+             timeout=60, what="the lines' usage records", evidence=runner.log_tail)
     longest = UsageRecord._meta.get_field("request_id").max_length  # PostgreSQL refuses longer ones
     assert all(len(r) <= longest for r in UsageRecord.objects.values_list("request_id", flat=True))
 
@@ -53,7 +53,7 @@ def test_bad_lines_go_to_the_error_file_and_the_rest_run(openai_for, cast, runne
         json.dumps({"custom_id": "wrong-url", "method": "POST", "url": "/v1/completions",
                     "body": {"model": "sim", "prompt": "x"}}).encode(),
         good.splitlines()[1],
-    ]  # fmt: skip
+    ]
     uploaded = client.files.create(file=("mixed.jsonl", b"\n".join(lines) + b"\n"), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
 
@@ -65,6 +65,6 @@ def test_bad_lines_go_to_the_error_file_and_the_rest_run(openai_for, cast, runne
     assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
         ("", "invalid_json_line"), ("req-0", "duplicate_custom_id"), ("other-model", "model_not_allowed"),
         ("wrong-url", "invalid_url"),
-    ]  # fmt: skip
+    ]
     assert all(e["response"] is None for e in errors)
     assert not BatchLine.objects.exists()  # ended, its results are in its files alone

@@ -24,7 +24,7 @@ def request_line(custom_id: str, body: object) -> bytes:
 # Nested 100,000 deep: the standard library's parser raised RecursionError, which ended every slice
 # of the runner that read it.
 DEEP = b'{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": ' + b"[" * 100_000 \
-    + b"]" * 100_000 + b"}"  # fmt: skip
+    + b"]" * 100_000 + b"}"
 
 
 def huge() -> bytes:
@@ -33,7 +33,7 @@ def huge() -> bytes:
 
 
 BAD_UTF8 = request_line("bad-utf8", {"model": "sim", "messages": [{"role": "user", "content": "ab"}]}).replace(
-    b"ab", b"a\xff\xfeb")  # fmt: skip
+    b"ab", b"a\xff\xfeb")
 
 
 def start(client, file_id: str):
@@ -47,7 +47,7 @@ def stored_for(member, content: bytes) -> str:
     row = BatchFile.objects.create(
         public_id="file-stored-as-it-is", owner=owner, uploaded_with_id=member.key_id, purpose="batch",
         filename="old.jsonl", bytes=len(content), stored_name=batch_storage().save("old.jsonl", ContentFile(content)),
-    )  # fmt: skip
+    )
     return row.public_id
 
 
@@ -60,7 +60,7 @@ def test_a_poisoned_batch_fails_only_its_bad_lines_while_another_person_s_batch_
     good = chat_lines(4, prefix="carol").splitlines()
     uploaded = carol.files.create(file=("poisoned.jsonl", b"\n".join([
         good[0], DEEP, request_line("text-body", "a request"), b'["a", "line"]', good[1],
-    ]) + b"\n"), purpose="batch")  # fmt: skip
+    ]) + b"\n"), purpose="batch")
     old_file = stored_for(cast["carol"], b"\n".join([good[2], huge(), BAD_UTF8, good[3]]) + b"\n")
     poisoned = [start(carol, uploaded.id), start(carol, old_file)]
     other = start(alice, alice.files.create(file=("in.jsonl", chat_lines(5)), purpose="batch").id)
@@ -79,7 +79,7 @@ def test_a_poisoned_batch_fails_only_its_bad_lines_while_another_person_s_batch_
 
 
 def test_a_batch_the_portal_fails_ends_failed_saying_why_and_the_others_go_on(openai_for, cast, runner,
-                                                                              stored_files):  # fmt: skip
+                                                                              stored_files):
     carol, alice = openai_for(cast["carol"]), openai_for(cast["alice"])
     uploaded = carol.files.create(file=("in.jsonl", chat_lines(3)), purpose="batch")
     stored_name = BatchFile.objects.get(public_id=uploaded.id).stored_name

@@ -41,7 +41,7 @@ def test_the_default_keeps_files_thirty_days_and_beat_prunes_hourly():
     assert settings.GP_FILE_RETENTION_DAYS == 30
     assert settings.CELERY_BEAT_SCHEDULE["prune-batch-storage"] == {
         "task": "fairness.prune_batch_storage", "schedule": 3600.0,
-    }  # fmt: skip
+    }
 
 
 def test_pruning_deletes_what_has_kept_its_time_and_nothing_else(carol, stored_files):
@@ -53,12 +53,12 @@ def test_pruning_deletes_what_has_kept_its_time_and_nothing_else(carol, stored_f
     stale = BatchFile.objects.create(
         public_id="file-stale", owner_id=carol.owner_id, purpose="batch", filename="", bytes=100,
         stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - 3 * DAY,
-    )  # fmt: skip
+    )
     # Two days into an upload of 200 MiB at the slowest pace allowed (57 hours): still under way.
     fresh = BatchFile.objects.create(
         public_id="file-fresh", owner_id=carol.owner_id, purpose="batch", filename="", bytes=100,
         stored_name="reserved/" + secrets.token_hex(8), state=BatchFileState.UPLOADING, created_at=NOW - 2 * DAY,
-    )  # fmt: skip
+    )
     assert len(files_on_disk(stored_files)) == 4
 
     freed = retention.prune(NOW)

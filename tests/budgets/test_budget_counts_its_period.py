@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def weighted(records) -> float:
     return sum(fair_share.weighted_tokens(r.prompt_tokens, r.completion_tokens, settings.GP_FAIRSHARE_WEIGHT_PROMPT,
-                                          settings.GP_FAIRSHARE_WEIGHT_COMPLETION) for r in records)  # fmt: skip
+                                          settings.GP_FAIRSHARE_WEIGHT_COMPLETION) for r in records)
 
 
 def flushed(answers: list[httpx.Response]) -> list[UsageRecord]:
@@ -45,7 +45,7 @@ def used(budget: Budget) -> float:
 
 
 def test_a_budget_set_partway_through_its_day_counts_the_work_already_done(gateway, cast, replica, staff_client,
-                                                                           redis_url):  # fmt: skip
+                                                                           redis_url):
     alice = cast["alice"]
     answers = [post(gateway.url, alice) for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 200]

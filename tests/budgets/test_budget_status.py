@@ -37,7 +37,7 @@ def test_counters_lost_with_redis_come_back_from_the_usage_records(redis_url, ca
     now = timezone.now()
     budget = Budget.objects.create(account=nlp, tokens=10_000, period=Budget.Period.MONTH)
     key_budget = Budget.objects.create(key_id=cast["alice"].key_id, tokens=500, period=Budget.Period.ROLLING,
-                                       window_hours=24)  # fmt: skip
+                                       window_hours=24)
     record(cast["alice"], 100, 50, now - dt.timedelta(hours=1))  # 200 weighted
     record(cast["bob"], 10, 20, now - dt.timedelta(minutes=1))  # 50
     record(cast["carol"], 1000, 1000, now)  # not in nlp

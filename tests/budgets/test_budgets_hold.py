@@ -25,7 +25,7 @@ LOWERED = "x-gpuportal-max-tokens-lowered"
 def long_engine() -> Iterator[EngineSimProcess]:
     """An engine that, like vLLM, runs a chat that names no limit to the end of its context."""
     process = start_enginesim(model=MODEL, max_num_seqs=32,
-                              extra_args=["--speed", "40", "--default-max-tokens", "4096"])  # fmt: skip
+                              extra_args=["--speed", "40", "--default-max-tokens", "4096"])
     yield process
     process.stop()
 
@@ -47,7 +47,7 @@ def bodies() -> list[tuple[str, dict]]:
 def send(url: str, secret: str, endpoint: str, body: dict) -> httpx.Response:
     return httpx.post(f"{url}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}",
                       content=json.dumps(body), timeout=120,
-                      headers={"authorization": f"Bearer {secret}", "content-type": "application/json"})  # fmt: skip
+                      headers={"authorization": f"Bearer {secret}", "content-type": "application/json"})
 
 
 def test_twenty_requests_at_once_through_two_gateways_charge_no_more_than_the_budget(
@@ -64,7 +64,7 @@ def test_twenty_requests_at_once_through_two_gateways_charge_no_more_than_the_bu
         urls = [gateway.url, second.url]
         with ThreadPoolExecutor(20) as pool:
             answers = list(pool.map(lambda n, job: send(urls[n % 2], alice.secret, *job),
-                                    range(20), bodies()))  # fmt: skip
+                                    range(20), bodies()))
         wait_for(nothing_held, timeout=30, what="every lease back")
     finally:
         second.stop()

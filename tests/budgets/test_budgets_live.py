@@ -27,7 +27,7 @@ def estimate_of(member) -> float:
 def post(url: str, member, **kwargs) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", content=json.dumps(chat_body(member, max_tokens=MAX_TOKENS)),
                       headers={"authorization": f"Bearer {member.secret}", "content-type": "application/json"},
-                      timeout=60, **kwargs)  # fmt: skip
+                      timeout=60, **kwargs)
 
 
 def budget_counters(budget: Budget) -> tuple[float, float]:
@@ -54,7 +54,7 @@ def test_three_gateways_hold_a_budget_with_no_more_overshoot_than_is_in_flight(g
         urls = [gateway.url, *(g.url for g in others)]
         for url in urls:  # every gateway has seen the budget before the burst
             wait_for(lambda url=url: "x-gpuportal-budget-remaining" in post(url, alice).headers, timeout=10,
-                     what="the budget to reach the gateway")  # fmt: skip
+                     what="the budget to reach the gateway")
         with ThreadPoolExecutor(32) as pool:
             answers = list(pool.map(lambda n: post(urls[n % 3], alice), range(200)))
         wait_for(nothing_held, timeout=10, what="every lease back")
@@ -69,7 +69,7 @@ def test_three_gateways_hold_a_budget_with_no_more_overshoot_than_is_in_flight(g
     assert reserved == pytest.approx(0, abs=1e-6)
     # Settlement is exact: the windows hold what every answered request really used (the probes too).
     really = [fair_share.weighted_tokens(a.json()["usage"]["prompt_tokens"], a.json()["usage"]["completion_tokens"],
-                                         1, 2) for a in served]  # fmt: skip
+                                         1, 2) for a in served]
     assert used == pytest.approx(sum(really) + 3 * really[0], rel=1e-9)
     # No request started once used + reserved reached the limit: the overshoot is at most what was
     # in flight then, the key's 8 requests at their estimates.
@@ -85,10 +85,10 @@ def test_the_remaining_budget_is_on_every_answer_and_a_refusal_says_when_it_rese
     key = ApiKey.objects.get(pk=alice.key_id)
     Budget.objects.create(key=key, tokens=int(2 * estimate_of(alice)), period=Budget.Period.DAY)
     first = wait_for(lambda: (r := post(gateway.url, alice)).headers.get("x-gpuportal-budget-remaining") and r,
-                     timeout=10, what="the budget header")  # fmt: skip
+                     timeout=10, what="the budget header")
     assert float(first.headers["x-gpuportal-budget-remaining"]) >= 0
     refused = wait_for(lambda: (r := post(gateway.url, alice)).status_code == 429 and r, timeout=10,
-                       what="the refusal")  # fmt: skip
+                       what="the refusal")
     assert refused.json()["error"]["code"] == "budget_exceeded"
     assert int(refused.headers["retry-after"]) <= 86400
     # Another key of another user is not touched by alice's budget.
@@ -100,7 +100,7 @@ def test_a_rate_limit_answers_429_with_a_true_retry_after(gateway, cast, replica
     Tier.objects.get(name="interactive").save()
     alice = cast["alice"]
     limited = wait_for(lambda: (r := post(gateway.url, alice)).status_code == 429 and r, timeout=20,
-                       what="the rate limit")  # fmt: skip
+                       what="the rate limit")
     assert limited.json()["error"]["code"] == "rate_limited"
     retry = int(limited.headers["retry-after"])
     assert 1 <= retry <= 2  # 30 a minute: one every two seconds

@@ -34,7 +34,7 @@ def test_a_key_limited_to_600_a_minute_gets_300_in_half_a_minute_through_two_gat
         for url in urls:
             wait_for(lambda url=url: httpx.post(url + "/v1/chat/completions", json=body, headers=headers,
                                                 timeout=30).status_code == 429, timeout=20,
-                     what="the limit to reach the gateway")  # fmt: skip
+                     what="the limit to reach the gateway")
         counts = {200: 0, 429: 0}
         lock = threading.Lock()
         deadline = time.monotonic() + MINUTES * 60

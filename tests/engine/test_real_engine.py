@@ -139,13 +139,13 @@ def test_a_stream_cut_after_its_first_token_is_charged_the_prompt_vllm_counted(c
     headers = {"authorization": f"Bearer {cast['alice'].secret}"}
     messages = [{"role": "user", "content": "The weather in spring turns from rain to sun. " * 30}]
     whole = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=120,
-                       json={"model": TINY, "messages": messages, "max_tokens": 1})  # fmt: skip
+                       json={"model": TINY, "messages": messages, "max_tokens": 1})
     assert whole.status_code == 200
     prompt = whole.json()["usage"]["prompt_tokens"]  # vLLM's own count, from a finished request
     assert 100 < prompt < 700
     body = {"model": TINY, "messages": messages, "max_tokens": 1024 - prompt - 8, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers,
-                      timeout=120) as response:  # fmt: skip
+                      timeout=120) as response:
         assert response.status_code == 200
         request_id = response.headers["x-request-id"]
         assert next(line for line in response.iter_lines() if '"content"' in line)

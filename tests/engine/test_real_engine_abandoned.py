@@ -43,7 +43,7 @@ def test_a_whole_answer_abandoned_mid_decode_is_charged_about_what_vllm_decoded(
         started = time.monotonic()
         with httpx.stream("POST", url, timeout=120, headers={"authorization": f"Bearer {cast['alice'].secret}"},
                           json={"model": TINY, "messages": MESSAGES, "max_tokens": 128, "ignore_eos": True,
-                                "stream": True}) as response:  # fmt: skip
+                                "stream": True}) as response:
             assert response.status_code == 200
             lines = response.iter_lines()
             assert any(line.startswith("data: {") for line in lines)

@@ -18,13 +18,13 @@ def test_a_small_batch_runs_on_real_vllm(cast, engine_client, live_db_url):
                     "body": {"model": TINY, "prompt": f"Count to {n}:", "max_tokens": 8}}).encode() + b"\n"
         for n in range(6)
     ) + json.dumps({"custom_id": "too-long", "method": "POST", "url": "/v1/completions",
-                    "body": {"model": TINY, "prompt": "x", "max_tokens": 10**6}}).encode() + b"\n"  # fmt: skip
+                    "body": {"model": TINY, "prompt": "x", "max_tokens": 10**6}}).encode() + b"\n"
     uploaded = client.files.create(file=("in.jsonl", lines), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     runner = WorkerProcess(gateway_env(live_db_url, **RUNNER_ENV), LOG_DIR / f"batch-worker-{free_port()}.log",
-                           queues="celery,batches")  # fmt: skip
+                           queues="celery,batches")
     try:
         done = wait_for_status(client, batch.id, {"completed", "failed", "expired", "cancelled"}, timeout=180)
     finally:

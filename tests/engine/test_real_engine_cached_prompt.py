@@ -28,7 +28,7 @@ def test_a_repeated_long_prompt_is_recorded_with_the_tokens_vllm_had_cached(cast
     client = engine_client(cast["alice"])
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Why? ({time.time()})"}]
     answers = [client.chat.completions.with_raw_response.create(model=TINY, messages=messages, max_tokens=8)
-               for _ in range(2)]  # fmt: skip
+               for _ in range(2)]
     # Conversation affinity sends the second to the replica that holds the first's blocks.
     assert answers[0].headers["x-gpuportal-replica"] == answers[1].headers["x-gpuportal-replica"]
     cold, warm = (recorded(a.headers["x-request-id"]) for a in answers)
@@ -38,5 +38,5 @@ def test_a_repeated_long_prompt_is_recorded_with_the_tokens_vllm_had_cached(cast
     charged = [fair_share.weighted_tokens(r.prompt_tokens, r.completion_tokens, settings.GP_FAIRSHARE_WEIGHT_PROMPT,
                                           settings.GP_FAIRSHARE_WEIGHT_COMPLETION, cached=r.cached_tokens,
                                           w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT)
-               for r in (cold, warm)]  # fmt: skip
+               for r in (cold, warm)]
     assert charged[1] < 0.5 * charged[0]

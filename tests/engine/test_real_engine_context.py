@@ -29,7 +29,7 @@ def test_a_budgeted_request_without_a_limit_is_lowered_to_vllms_context_less_its
     def lowered() -> int | None:
         # The headers say the limit; the stream is left at once, so the engine stops.
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", content=body, headers=headers,
-                          timeout=120) as response:  # fmt: skip
+                          timeout=120) as response:
             said = response.headers.get(LOWERED_HEADER)
             return response.status_code if said == expected else None
 

@@ -40,7 +40,7 @@ def test_whole_answers_fill_a_real_engine_and_two_are_redone_for_a_chat(
                 return client.post(gateway.url + "/v1/chat/completions",
                                    headers={"authorization": f"Bearer {member.secret}"},
                                    json={"model": TINY, "messages": messages, "max_tokens": tokens,
-                                         "ignore_eos": True})  # fmt: skip
+                                         "ignore_eos": True})
 
             async def answers_under_way() -> tuple[list[asyncio.Task[httpx.Response]], float]:
                 """Four answers sent at once, and the seconds until all four were seen in flight."""

@@ -134,9 +134,9 @@ class VLLMServer:
             "--max-num-seqs", str(max_num_seqs),
             "--dtype", "float32",
             "--enable-prompt-tokens-details",  # usage reports the cached prompt tokens, charged less
-        ]  # fmt: skip
+        ]
         self.args.append("--enable-prefix-caching" if enable_prefix_caching
-                         else "--no-enable-prefix-caching")  # fmt: skip
+                         else "--no-enable-prefix-caching")
         if scheduling_policy:
             self.args += ["--scheduling-policy", scheduling_policy]
         self.args += list(extra_args)

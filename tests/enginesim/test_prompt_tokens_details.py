@@ -16,7 +16,7 @@ from .conftest import MODEL, chat_body, launch
 
 # 100 bytes a line: 25 tokens; twenty lines, 500 tokens, 31 whole blocks of 16.
 LONG = "".join(f"line {n:03} of a system prompt the whole group sends before every question..........\n"
-               for n in range(20))  # fmt: skip
+               for n in range(20))
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def final_usage(response: httpx.Response) -> dict[str, Any]:
 
 def ask(sim: EngineSimProcess, client: httpx.Client, path: str, text: str, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = (chat_body(text, 4) if path == "chat/completions"
-                            else {"model": MODEL, "prompt": text, "max_tokens": 4})  # fmt: skip
+                            else {"model": MODEL, "prompt": text, "max_tokens": 4})
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     response = client.post(f"{sim.url}/v1/{path}", json=body)

@@ -32,7 +32,7 @@ SHARED = "Our group shares one card, so every answer waits its fair turn. " * 25
 @pytest.fixture
 def caching_engine() -> Iterator[EngineSimProcess]:
     process = start_enginesim(model=MODEL, max_num_seqs=8,
-                              extra_args=["--speed", "20", "--enable-prompt-tokens-details"])  # fmt: skip
+                              extra_args=["--speed", "20", "--enable-prompt-tokens-details"])
     yield process
     process.stop()
 
@@ -48,7 +48,7 @@ def ask(url: str, member, question: str, stream: bool = False) -> httpx.Response
     if stream:  # asked for, so the answer shows the counts the gateway read
         body["stream_options"] = {"include_usage": True}
     answer = httpx.post(url + "/v1/chat/completions", json=body,
-                        headers={"authorization": f"Bearer {member.secret}"}, timeout=60)  # fmt: skip
+                        headers={"authorization": f"Bearer {member.secret}"}, timeout=60)
     assert answer.status_code == 200, answer.text
     return answer
 
@@ -57,7 +57,7 @@ def counts(answer: httpx.Response) -> tuple[int, int, int]:
     """(prompt, completion, cached) as the engine reported them to the client."""
     if answer.headers["content-type"].startswith("text/event-stream"):
         events = [json.loads(line[6:]) for line in answer.text.splitlines()
-                  if line.startswith("data: {") and '"usage"' in line]  # fmt: skip
+                  if line.startswith("data: {") and '"usage"' in line]
         counted = [e["usage"] for e in events if e.get("usage")][-1]
     else:
         counted = answer.json()["usage"]
@@ -67,7 +67,7 @@ def counts(answer: httpx.Response) -> tuple[int, int, int]:
 def charge(prompt: int, completion: int, cached: int) -> float:
     return fair_share.weighted_tokens(prompt, completion, settings.GP_FAIRSHARE_WEIGHT_PROMPT,
                                       settings.GP_FAIRSHARE_WEIGHT_COMPLETION, cached=cached,
-                                      w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT)  # fmt: skip
+                                      w_cached=settings.GP_FAIRSHARE_WEIGHT_CACHED_PROMPT)
 
 
 def written(found: Callable[[], T], what: str) -> T:

@@ -49,7 +49,7 @@ def test_three_gateway_processes_charge_the_same_books_exactly(gateway, live_db_
         urls = [gateway.url, *(g.url for g in others)]
         members = [cast["alice"], cast["bob"]]
         jobs = [(url, member, 5 + 7 * n) for n, (url, member) in
-                enumerate((u, m) for u in urls for m in members for _ in range(4))]  # fmt: skip
+                enumerate((u, m) for u in urls for m in members for _ in range(4))]
 
         def send(job) -> tuple[str, float]:
             url, member, max_tokens = job
@@ -86,7 +86,7 @@ def test_usage_outlives_a_redis_that_restarts_empty(gateway, cast, on_engine8, w
     wait_for(lambda: live_usage()[0].get(who, 0) > 0, timeout=5, what="alice's charge")
     charged = live_usage()[0][who]
     wait_for(lambda: FairShareUsage.objects.filter(membership_id=int(who)).exists(), timeout=20,
-             what="the worker to save the usage")  # fmt: skip
+             what="the worker to save the usage")
     redis.Redis.from_url(TEST_REDIS_URL).flushdb()  # as a Redis without persistence restarts
     wait_for(lambda: live_usage()[0].get(who, 0) > 0, timeout=20, what="the worker to add it back")
     assert live_usage()[0][who] == pytest.approx(charged, rel=1e-4)

@@ -88,7 +88,7 @@ async def stream_chat(
         return Outcome(
             response.status_code, b"".join(chunks), int(response.headers.get("x-gpuportal-queued-ms", -1)),
             response.headers.get("retry-after"), answered_at, time.monotonic(), broken,
-        )  # fmt: skip
+        )
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

@@ -99,7 +99,7 @@ def fresh_gateway(live_db_url: str, steady: EngineSimProcess) -> Iterator[Gatewa
 
 def chat(max_tokens: int, **fields: object) -> dict[str, object]:
     return {"model": MODEL, "messages": [{"role": "user", "content": "Tell a long story."}],
-            "max_tokens": max_tokens, "ignore_eos": True, **fields}  # fmt: skip
+            "max_tokens": max_tokens, "ignore_eos": True, **fields}
 
 
 def test_a_whole_answer_abandoned_mid_decode_is_charged_about_what_the_engine_decoded(
@@ -108,14 +108,14 @@ def test_a_whole_answer_abandoned_mid_decode_is_charged_about_what_the_engine_de
     url = fresh_gateway.url + "/v1/chat/completions"
     for _ in range(3):  # completed streams: this gateway measures the engine
         with httpx.stream("POST", url, json=chat(60, stream=True), timeout=30,
-                          headers={"authorization": f"Bearer {cast['alice'].secret}"}) as response:  # fmt: skip
+                          headers={"authorization": f"Bearer {cast['alice'].secret}"}) as response:
             assert response.status_code == 200
             assert any("[DONE]" in line for line in response.iter_lines())
     before = steady.stats()["generation_tokens"]
     with contextlib.suppress(httpx.ReadTimeout):  # the client gives up, about 150 tokens in
         httpx.post(url, json=chat(2000), headers={"authorization": f"Bearer {cast['bob'].secret}"}, timeout=1.5)
     wait_for(lambda: steady.stats()["running"] + steady.stats()["waiting"] == 0, timeout=5,
-             what="the engine to drop the request")  # fmt: skip
+             what="the engine to drop the request")
     decoded = steady.stats()["generation_tokens"] - before
 
     def bobs() -> UsageRecord | None:

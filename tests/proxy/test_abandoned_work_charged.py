@@ -97,7 +97,7 @@ def test_a_whole_answer_abandoned_is_charged_its_prompt_and_an_estimate_of_its_d
 def test_a_finished_request_says_its_counts_are_the_engines(gateway, replica, cast):
     headers = {"authorization": f"Bearer {cast['alice'].secret}"}
     response = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=30,
-                          json={**LONG, "max_tokens": 4})  # fmt: skip
+                          json={**LONG, "max_tokens": 4})
     assert response.status_code == 200
     record = recorded(response.headers["x-request-id"])
     assert record.prompt_tokens == response.json()["usage"]["prompt_tokens"]
@@ -125,7 +125,7 @@ def test_without_an_engine_count_the_prompt_is_estimated_at_the_measured_ratio()
     counted = asyncio.run(abandoned_work.count_prompt(
         UNREACHABLE, "chat", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}, 3000,
         estimate=calibration, timeout=1.0,
-    ))  # fmt: skip
+    ))
     assert counted == (1000, "estimate")
 
 

@@ -22,7 +22,7 @@ PROMPT_BODY = {"model": "m", "prompt": "hi"}
     (COMPLETIONS, {"max_tokens": None}, None),
     (COMPLETIONS, {"max_completion_tokens": 1, "max_tokens": 2000}, 2000),  # the engine ignores the first
     (COMPLETIONS, {"max_completion_tokens": 1}, 16),
-])  # fmt: skip
+])
 def test_the_limit_is_the_one_the_engine_obeys(endpoint, fields, limit):
     body = {**(CHAT_BODY if endpoint == CHAT else PROMPT_BODY), **fields}
     assert completion_limit(parse(json.dumps(body).encode(), endpoint)) == limit
@@ -46,7 +46,7 @@ def test_a_request_that_names_no_limit_asks_for_what_the_context_leaves(settings
     (CHAT, {"max_tokens": 10, "max_completion_tokens": 900}, {"max_completion_tokens": 300, "max_tokens": 10}),
     (COMPLETIONS, {"max_completion_tokens": 1, "max_tokens": 2000}, {"max_tokens": 300, "max_completion_tokens": 1}),
     (COMPLETIONS, {"max_completion_tokens": 900}, {"max_tokens": 300, "max_completion_tokens": 300}),
-])  # fmt: skip
+])
 def test_the_budgets_limit_is_written_where_the_engine_reads_it(endpoint, fields, sent):
     raw = json.dumps({**(CHAT_BODY if endpoint == CHAT else PROMPT_BODY), **fields}).encode()
     body = json.loads(upstream_body(parse(raw, endpoint), raw, None, max_completion=300))

@@ -25,7 +25,7 @@ from tests.routing.conftest import replica
 def models(model: str, figure: object) -> dict[str, object]:
     """vLLM's answer shape (its ModelList of ModelCard)."""
     card = {"id": model, "object": "model", "created": 0, "owned_by": "vllm", "root": model, "parent": None,
-            "max_model_len": figure, "permission": []}  # fmt: skip
+            "max_model_len": figure, "permission": []}
     return {"object": "list", "data": [card]}
 
 
@@ -115,7 +115,7 @@ SHORT_CONTEXT = 1024
 @pytest.fixture
 def short(cast: dict[str, Member]) -> Iterator[EngineSimProcess]:
     with start_enginesim(model=MODEL, max_num_seqs=8,
-                         extra_args=["--speed", "20", "--max-model-len", str(SHORT_CONTEXT)]) as engine:  # fmt: skip
+                         extra_args=["--speed", "20", "--max-model-len", str(SHORT_CONTEXT)]) as engine:
         Replica.objects.create(name="short", base_url=engine.url, model=MODEL, max_num_seqs=8)
         yield engine
 
@@ -129,7 +129,7 @@ def test_a_budgeted_request_without_a_limit_is_lowered_to_the_engines_context_le
 
     def lowered() -> httpx.Response | None:
         response = httpx.post(gateway.url + "/v1/chat/completions", content=body, timeout=30, headers={
-            "authorization": f"Bearer {cast['alice'].secret}", "content-type": "application/json"})  # fmt: skip
+            "authorization": f"Bearer {cast['alice'].secret}", "content-type": "application/json"})
         return response if response.headers.get(LOWERED_HEADER) == str(expected) else None
 
     # The health loop reads the context within an interval of the replica coming up.

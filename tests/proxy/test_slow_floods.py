@@ -41,7 +41,7 @@ def paced_session(live_db_url, tmp_path_factory):
         live_db_url, name="paced", GP_CLIENT_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT),
         GP_CLIENT_BODY_GRACE_SECONDS=str(BODY_GRACE), GP_CLIENT_MIN_BODY_BYTES_PER_SECOND=str(MIN_RATE),
         GP_BATCH_FILES_DIR=str(tmp_path_factory.mktemp("paced-files")),
-    )  # fmt: skip
+    )
     yield process
     process.stop()
 
@@ -348,7 +348,7 @@ def test_the_concurrency_limit_counts_requests_served_not_connections_waiting(na
         assert httpx.get(narrow.url + "/v1/models", headers=auth, timeout=10).status_code == 200
         wait_for(lambda: httpx.post(narrow.url + "/v1/chat/completions", headers=auth, timeout=10, json={
             "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).status_code == 200,
-            what="the engine in use")  # fmt: skip
+            what="the engine in use")
         # Two chats the engine never answers are two requests served: a third is one too many.
         sim.set_faults(stall=True)
         chat = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -358,7 +358,7 @@ def test_the_concurrency_limit_counts_requests_served_not_connections_waiting(na
                 f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer "
                 f"{cast[member].secret}\r\ncontent-type: application/json\r\ncontent-length: {len(chat)}\r\n\r\n"
                 .encode() + chat
-            )  # fmt: skip
+            )
             stalled.append(sock)
         busy = wait_for(
             lambda: (r := httpx.get(narrow.url + "/v1/models", headers=auth, timeout=10)).status_code == 503 and r,

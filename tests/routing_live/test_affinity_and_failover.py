@@ -90,12 +90,12 @@ def test_open_webuis_chat_id_keeps_a_chat_on_one_replica_when_its_opening_change
         served = set()
         for index in range(5):
             messages = [{"role": "system", "content": f"Context for turn {index} of {chat}"},
-                        {"role": "user", "content": "And then?"}]  # fmt: skip
+                        {"role": "user", "content": "And then?"}]
             headers = {"authorization": f"Bearer {cast['alice'].secret}"}
             if with_id:
                 headers["X-OpenWebUI-Chat-Id"] = chat
             response = httpx.post(gateway.url + "/v1/chat/completions", headers=headers, timeout=30,
-                                  json={"model": MODEL, "messages": messages, "max_tokens": 8})  # fmt: skip
+                                  json={"model": MODEL, "messages": messages, "max_tokens": 8})
             assert response.status_code == 200, response.text
             served.add(response.headers["x-gpuportal-replica"])
         return served

@@ -31,7 +31,7 @@ def test_without_a_cached_weight_cached_tokens_cost_what_prompt_tokens_do():
     (float("nan"), 100 + 20),
     (float("inf"), 0.1 * 100 + 20),
     (2.5, 97.5 + 0.25 + 20),  # a fraction is weighed as it is
-])  # fmt: skip
+])
 def test_a_hostile_cached_count_neither_credits_nor_undercuts_the_prompt(cached, charged):
     assert weighted_tokens(100, 10, 1.0, 2.0, cached=cached, w_cached=0.1) == pytest.approx(charged)
 
@@ -58,7 +58,7 @@ def tally_of(usage_object) -> StreamTally:
     (None, 0),  # vLLM without --enable-prompt-tokens-details
     ([64], 0),
     ("64", 0),
-])  # fmt: skip
+])
 def test_the_engines_cached_count_is_read_as_far_as_it_is_a_count(details, cached):
     tally = tally_of({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": details})
     assert (tally.prompt_tokens, tally.cached_tokens) == (100, cached)
@@ -75,7 +75,7 @@ def test_the_usage_row_keeps_the_cached_count_and_an_older_event_writes_zero(cas
     assert "cached_tokens" not in older  # as a gateway from before the field wrote it
     push(redis_url, older, event(alice.key_id, request_id="req-hit", cached_tokens=8),
          event(alice.key_id, request_id="req-odd", cached_tokens=999),  # more than its 12 prompt tokens
-         event(alice.key_id, request_id="req-bad", cached_tokens="8"))  # fmt: skip
+         event(alice.key_id, request_id="req-bad", cached_tokens="8"))
     assert usage.flush(redis_client) == 4
     rows = dict(UsageRecord.objects.values_list("request_id", "cached_tokens"))
     assert rows == {"req-old": 0, "req-hit": 8, "req-odd": 12, "req-bad": 0}
@@ -88,7 +88,7 @@ def test_the_usage_report_and_a_budgets_recount_weigh_cached_tokens_as_the_gatew
     for n, (prompt, completion, cached) in enumerate(rows):
         UsageRecord.objects.create(key_id=alice.key_id, request_id=f"req-{n}", endpoint="chat", model="m", status=200,
                                    prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
-                                   created_at=now - dt.timedelta(minutes=n + 1))  # fmt: skip
+                                   created_at=now - dt.timedelta(minutes=n + 1))
     charged = sum(weighted_tokens(p, c, 1.0, 2.0, cached=k, w_cached=0.1) for p, c, k in rows)
     assert charged == pytest.approx(120 + 20 + 8 + 20 + 10 + 20)
     today = now.date()

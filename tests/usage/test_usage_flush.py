@@ -98,7 +98,7 @@ def test_events_that_cannot_be_written_are_set_aside_and_the_rest_are_written(ca
     push(redis_url, event(alice.key_id, request_id="good-1"),
          event(alice.key_id, request_id="refused", prompt_tokens="many"),  # no column takes it
          event(alice.key_id, request_id="negative", completion_tokens=-3),  # the database's check refuses it
-         event(alice.key_id, request_id="good-2"))  # fmt: skip
+         event(alice.key_id, request_id="good-2"))
     redis_client.rpush(keyspace.USAGE_EVENTS, b"not json", b"[1, 2]", b'{"request_id": "no-fields"}')
     push(redis_url, event(alice.key_id, request_id="good-3"))
 

@@ -45,7 +45,7 @@ def store(settings) -> Iterator[PrivateRedis]:
 def key_info(key_id: int) -> KeyInfo:
     key = ApiKey.objects.select_related("tier").get(pk=key_id)
     return KeyInfo(id=key.pk, prefix=key.prefix, owner_id=key.owner_id, tier=TierPolicy.of(key.tier),
-                   expires_at=None, revoked=False, owner_active=True)  # fmt: skip
+                   expires_at=None, revoked=False, owner_active=True)
 
 
 def queued(store: PrivateRedis) -> list[str]:
