@@ -149,7 +149,7 @@ GP_SIGNIN_LOCKOUT_SECONDS = envint("GP_SIGNIN_LOCKOUT_SECONDS", 600)
 
 # Sign-in with the institution's OpenID provider (docs/signin.md); no issuer: no SSO button.
 # The endpoints come from the issuer's discovery document, fetched at the first SSO sign-in, not
-# here: a provider that is down must not stop the portal from starting (fairness/portal/oidc_backend.py).
+# here: a provider that is down must not stop the portal from starting (fairness/portal/signin/oidc_backend.py).
 GP_OIDC_ISSUER = envstr("GP_OIDC_ISSUER", "")
 GP_OIDC_CLIENT_ID = envstr("GP_OIDC_CLIENT_ID", "")
 GP_OIDC_CLIENT_SECRET = envstr("GP_OIDC_CLIENT_SECRET", "")
@@ -165,7 +165,7 @@ GP_LOCAL_SIGNIN = envstr("GP_LOCAL_SIGNIN", "all").strip().lower()
 if GP_LOCAL_SIGNIN not in ("all", "staff"):
     raise ImproperlyConfigured(f"GP_LOCAL_SIGNIN={GP_LOCAL_SIGNIN!r}: use all or staff")
 # Sign-in with the institution's LDAP directory, on the password form (docs/signin.md, "Sign in with LDAP";
-# fairness/portal/ldap_backend.py). Nothing is fetched here: a directory that is down must not stop
+# fairness/portal/signin/ldap_backend.py). Nothing is fetched here: a directory that is down must not stop
 # the portal from starting.
 GP_LDAP_SERVER_URI = envstr("GP_LDAP_SERVER_URI", "").strip()
 GP_LDAP_BIND_DN = envstr("GP_LDAP_BIND_DN", "")
@@ -198,10 +198,10 @@ if GP_LDAP_TIMEOUT_SECONDS <= 0 or GP_LDAP_SYNC_SECONDS <= 0:
     raise ImproperlyConfigured("GP_LDAP_TIMEOUT_SECONDS and GP_LDAP_SYNC_SECONDS must be more than 0.")
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if GP_OIDC_ISSUER:
-    AUTHENTICATION_BACKENDS.append("fairness.portal.oidc_backend.SsoBackend")
+    AUTHENTICATION_BACKENDS.append("fairness.portal.signin.oidc_backend.SsoBackend")
 if GP_LDAP_SERVER_URI:
     # After the local accounts: a local password signs its account in without asking the directory.
-    AUTHENTICATION_BACKENDS.append("fairness.portal.ldap_backend.DirectoryBackend")
+    AUTHENTICATION_BACKENDS.append("fairness.portal.signin.ldap_backend.DirectoryBackend")
 # mozilla-django-oidc's own settings, from ours. PKCE on top of state and nonce; the ID token's
 # signature is checked against the provider's JWKS (RS256, what Keycloak and Entra ID sign with).
 OIDC_RP_CLIENT_ID = GP_OIDC_CLIENT_ID
@@ -286,9 +286,9 @@ CELERY_BEAT_SCHEDULE = {
     # One e-mail per key a week before it expires (fairness/accounting/key_expiry.py).
     "notify-expiring-keys": {"task": "fairness.notify_expiring_keys", "schedule": 3600.0},
 }
-# The directory's people: those gone deactivated, the rest's groups followed (fairness/portal/ldap_sync.py).
+# The directory's people: those gone deactivated, the rest's groups followed (fairness/portal/signin/ldap_sync.py).
 # The task lives with the portal (it acts as the sign-in does), so the worker imports it by name.
-CELERY_IMPORTS = ["fairness.portal.ldap_sync", "fairness.batch.tasks"]
+CELERY_IMPORTS = ["fairness.portal.signin.ldap_sync", "fairness.batch.tasks"]
 if GP_LDAP_SERVER_URI:
     CELERY_BEAT_SCHEDULE["sync-ldap-users"] = {"task": "fairness.sync_ldap_users", "schedule": GP_LDAP_SYNC_SECONDS}
 

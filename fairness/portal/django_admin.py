@@ -37,9 +37,10 @@ from fairness.models import (
     UsageHourly,
     UsageRecord,
 )
-from fairness.portal import actions, group_sync
+from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
+from fairness.portal.signin import group_sync
 
 if TYPE_CHECKING:
     from django.contrib.auth import models as auth_models

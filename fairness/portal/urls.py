@@ -1,22 +1,22 @@
 from django.urls import path
 
-from fairness.portal import (
-    account_pages,
-    batch_pages,
-    my_key_pages,
-    my_pages,
-    public_pages,
-    staff_account_pages,
-    staff_budget_pages,
-    staff_home,
-    staff_pages,
-    staff_replica_pages,
-    staff_signin_pages,
-    staff_storage_pages,
-    staff_token_pages,
-    staff_usage_pages,
-    staff_user_pages,
-)
+from fairness.portal.pages import batches as batch_pages
+from fairness.portal.pages import public as public_pages
+from fairness.portal.pages.me import home as my_pages
+from fairness.portal.pages.me import keys as my_key_pages
+from fairness.portal.pages.me import password as account_pages
+from fairness.portal.pages.staff import accounts as staff_account_pages
+from fairness.portal.pages.staff import alerts as staff_alerts
+from fairness.portal.pages.staff import budgets as staff_budget_pages
+from fairness.portal.pages.staff import home as staff_home
+from fairness.portal.pages.staff import keys as staff_keys
+from fairness.portal.pages.staff import replicas as staff_replica_pages
+from fairness.portal.pages.staff import signin as staff_signin_pages
+from fairness.portal.pages.staff import storage as staff_storage_pages
+from fairness.portal.pages.staff import tiers as staff_tiers
+from fairness.portal.pages.staff import tokens as staff_token_pages
+from fairness.portal.pages.staff import usage as staff_usage_pages
+from fairness.portal.pages.staff import users as staff_user_pages
 from fairness.telemetry import gateway_metrics
 
 # /v1/ is not here: it never reaches Django's URL resolver (gateway/asgi.py routes it).
@@ -40,12 +40,12 @@ urlpatterns = [
     path("accounts/password/done/", account_pages.PasswordChangeDoneView.as_view(), name="password-change-done"),
     # Staff pages
     path("staff/", staff_home.home, name="staff-home"),
-    path("staff/keys/", staff_pages.keys, name="staff-keys"),
-    path("staff/keys/load.json", staff_pages.keys_load, name="staff-keys-load"),
-    path("staff/keys/issue/", staff_pages.issue_key, name="staff-key-issue"),
-    path("staff/keys/<str:prefix>/revoke/", staff_pages.revoke_key, name="staff-key-revoke"),
-    path("staff/keys/<str:prefix>/rotate/", staff_pages.rotate_key, name="staff-key-rotate"),
-    path("staff/keys/<str:prefix>/front-end/", staff_pages.front_end_key, name="staff-key-front-end"),
+    path("staff/keys/", staff_keys.keys, name="staff-keys"),
+    path("staff/keys/load.json", staff_keys.keys_load, name="staff-keys-load"),
+    path("staff/keys/issue/", staff_keys.issue_key, name="staff-key-issue"),
+    path("staff/keys/<str:prefix>/revoke/", staff_keys.revoke_key, name="staff-key-revoke"),
+    path("staff/keys/<str:prefix>/rotate/", staff_keys.rotate_key, name="staff-key-rotate"),
+    path("staff/keys/<str:prefix>/front-end/", staff_keys.front_end_key, name="staff-key-front-end"),
     path("staff/users/", staff_user_pages.users, name="staff-users"),
     path("staff/users/new/", staff_user_pages.create_user, name="staff-user-create"),
     # `path`, not `str`: a username made before names were checked may hold a "/", and one such
@@ -66,9 +66,9 @@ urlpatterns = [
     path("staff/tokens/", staff_token_pages.tokens, name="staff-tokens"),
     path("staff/tokens/issue/", staff_token_pages.issue_token, name="staff-token-issue"),
     path("staff/tokens/<str:prefix>/revoke/", staff_token_pages.revoke_token, name="staff-token-revoke"),
-    path("staff/tiers/", staff_pages.tiers, name="staff-tiers"),
-    path("staff/tiers/new/", staff_pages.edit_tier, name="staff-tier-create"),
-    path("staff/tiers/<slug:name>/edit/", staff_pages.edit_tier, name="staff-tier-edit"),
+    path("staff/tiers/", staff_tiers.tiers, name="staff-tiers"),
+    path("staff/tiers/new/", staff_tiers.edit_tier, name="staff-tier-create"),
+    path("staff/tiers/<slug:name>/edit/", staff_tiers.edit_tier, name="staff-tier-edit"),
     path("staff/replicas/", staff_replica_pages.replicas, name="staff-replicas"),
     path("staff/replicas/new/", staff_replica_pages.add_replica, name="staff-replica-add"),
     path("staff/replicas/<slug:name>/edit/", staff_replica_pages.edit_replica, name="staff-replica-edit"),
@@ -78,11 +78,11 @@ urlpatterns = [
     path("staff/batches/<str:public_id>/cancel/", batch_pages.staff_cancel, name="staff-batch-cancel"),
     path("staff/storage/", staff_storage_pages.storage, name="staff-storage"),
     path("staff/storage/<path:username>/free/", staff_storage_pages.free, name="staff-storage-free"),
-    path("staff/alerts/", staff_pages.alerts, name="staff-alerts"),
-    path("staff/alerts/<int:alert_id>/acknowledge/", staff_pages.acknowledge_alert, name="staff-alert-acknowledge"),
+    path("staff/alerts/", staff_alerts.alerts, name="staff-alerts"),
+    path("staff/alerts/<int:alert_id>/acknowledge/", staff_alerts.acknowledge_alert, name="staff-alert-acknowledge"),
     path("staff/sign-in/", staff_signin_pages.sign_in, name="staff-sign-in"),
     path("staff/sign-in/<int:mapping_id>/remove/", staff_signin_pages.remove_mapping, name="staff-sign-in-remove"),
-    path("staff/audit/", staff_pages.audit, name="staff-audit"),
+    path("staff/audit/", staff_alerts.audit, name="staff-audit"),
     path("staff/usage/", staff_usage_pages.usage, name="staff-usage"),
     path("staff/usage.csv", staff_usage_pages.usage_csv, name="staff-usage-csv"),
     path("staff/usage.json", staff_usage_pages.usage_json, name="staff-usage-json"),

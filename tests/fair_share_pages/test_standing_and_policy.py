@@ -9,7 +9,7 @@ import pytest
 from django.test import Client, override_settings
 
 from fairness.models import Tier
-from fairness.portal.fair_share_words import half_life_in_words, policy_paragraph
+from fairness.portal.reports.fair_share_words import half_life_in_words, policy_paragraph
 from tests.fair_share_pages.conftest import charge
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -148,7 +148,7 @@ def ldap_settings(uri: str, group_type: str = "groupOfNames") -> dict[str, objec
         "GP_LDAP_GROUP_SEARCH_BASE": f"ou=groups,{SUFFIX}", "GP_LDAP_GROUP_TYPE": group_type,
         "GP_LDAP_START_TLS": False, "GP_LDAP_TIMEOUT_SECONDS": 2.0,
         "AUTHENTICATION_BACKENDS": ["django.contrib.auth.backends.ModelBackend",
-                                    "fairness.portal.ldap_backend.DirectoryBackend"],
+                                    "fairness.portal.signin.ldap_backend.DirectoryBackend"],
     }
 
 

@@ -11,8 +11,9 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 
 from fairness.models import AuditEntry, Membership
-from fairness.portal import actions, ldap_sync
-from fairness.portal.ldap_sync import sync_directory
+from fairness.portal import actions
+from fairness.portal.signin import ldap_sync
+from fairness.portal.signin.ldap_sync import sync_directory
 from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, ldap_environment, needs_slapd, user_dn
 from tests.ldap.test_password_signin import memberships, sign_in
 from tests.polling import wait_for

@@ -4,7 +4,7 @@ without regard to case or the spacing inside a DN."""
 from __future__ import annotations
 
 from fairness.models import Account, GroupMapping
-from fairness.portal.ldap_backend import mapping_names
+from fairness.portal.signin.ldap_backend import mapping_names
 
 NLP_DN = "cn=nlp-lab,ou=groups,dc=uni,dc=example"
 

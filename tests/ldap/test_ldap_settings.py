@@ -26,7 +26,7 @@ def test_a_server_adds_the_backend_and_the_sync_and_the_bind_password_comes_from
         "settings.CELERY_BEAT_SCHEDULE['sync-ldap-users']['schedule'])",
         GP_LDAP_SERVER_URI="ldap://ldap.uni.invalid", GP_LDAP_BIND_DN="cn=portal,dc=uni,dc=example",
         GP_LDAP_BIND_PASSWORD_FILE=str(secret), GP_LDAP_SYNC_SECONDS="600", **BASES, **SECRET)
-    assert child.stdout.strip() == "('fairness.portal.ldap_backend.DirectoryBackend', 'from-a-file', 600.0)", \
+    assert child.stdout.strip() == "('fairness.portal.signin.ldap_backend.DirectoryBackend', 'from-a-file', 600.0)", \
         child.stderr
 
 

@@ -10,7 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from fairness.models import AuditEntry, Membership
-from fairness.portal import actions, group_sync
+from fairness.portal import actions
+from fairness.portal.signin import group_sync
 from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, needs_slapd
 
 pytestmark = needs_slapd

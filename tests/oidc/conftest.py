@@ -23,8 +23,8 @@ from django.conf import settings
 from django.test import Client
 
 from fairness.models import Account, GroupMapping, Tier
-from fairness.portal import oidc_backend
 from fairness.portal.actions import Actor
+from fairness.portal.signin import oidc_backend
 from tests.conftest import LOG_DIR, free_port, gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
@@ -152,7 +152,7 @@ def sso_settings(issuer: str) -> dict[str, object]:
         "GP_OIDC_ISSUER": issuer, "GP_OIDC_CLIENT_ID": CLIENT_ID, "GP_OIDC_CLIENT_SECRET": CLIENT_SECRET,
         "OIDC_RP_CLIENT_ID": CLIENT_ID, "OIDC_RP_CLIENT_SECRET": CLIENT_SECRET, "GP_OIDC_TIMEOUT_SECONDS": 2.0,
         "AUTHENTICATION_BACKENDS": ["django.contrib.auth.backends.ModelBackend",
-                                    "fairness.portal.oidc_backend.SsoBackend"],
+                                    "fairness.portal.signin.oidc_backend.SsoBackend"],
     }
 
 

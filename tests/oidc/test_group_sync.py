@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import ApiKey, AuditEntry, Membership
-from fairness.portal import accounts, actions, group_sync
+from fairness.portal import accounts, actions
+from fairness.portal.signin import group_sync
 from tests.oidc.conftest import SETUP, Labs
 
 User = get_user_model()

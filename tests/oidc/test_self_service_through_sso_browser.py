@@ -13,8 +13,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
 from fairness.models import Account, ApiKey, AuditEntry, Membership
-from fairness.portal import actions, group_sync
+from fairness.portal import actions
 from fairness.portal.actions import Actor
+from fairness.portal.signin import group_sync
 from fairness.portal.submit_once import new_token
 from tests.browser_admin.test_admin_pages_browser import ask
 from tests.conftest import STAFF_IP
@@ -187,7 +188,7 @@ def test_a_deactivated_researchers_sso_session_ends_at_its_next_request(tiers, r
     rosa = User.objects.create_user("rosa")
     with override_settings(**sso_settings("http://127.0.0.1:9")):  # never asked: the session is the portal's
         client = Client()
-        client.force_login(rosa, backend="fairness.portal.oidc_backend.SsoBackend")
+        client.force_login(rosa, backend="fairness.portal.signin.oidc_backend.SsoBackend")
         assert client.get("/me/keys/").status_code == 200
         actions.set_user_active(SETUP, rosa, False)
         response = client.get("/me/keys/")

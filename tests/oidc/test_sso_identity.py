@@ -12,7 +12,8 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 
 from fairness.models import AuditEntry, Membership, SsoIdentity
-from fairness.portal import actions, group_sync, sso_identities
+from fairness.portal import actions
+from fairness.portal.signin import group_sync, sso_identities
 from tests.oidc.conftest import SETUP, STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
 
 User = get_user_model()

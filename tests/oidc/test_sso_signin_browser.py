@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import AuditEntry, Membership
-from fairness.portal import accounts, actions, sso_identities
+from fairness.portal import accounts, actions
+from fairness.portal.signin import sso_identities
 from tests.oidc.conftest import SETUP, Labs, Provider
 from tests.polling import wait_for
 

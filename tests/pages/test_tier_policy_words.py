@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fairness.demo.default_tiers import DEFAULT_TIERS
 from fairness.models import Tier
-from fairness.portal.tier_policy import duration_in_words, in_words
+from fairness.portal.reports.tier_policy import duration_in_words, in_words
 
 
 def _tier(name: str, **changes) -> Tier:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from fairness.accounting import usage
 from fairness.gateway.sse_relay import StreamTally
 from fairness.models import Budget, UsageRecord
-from fairness.portal import usage_report
+from fairness.portal.reports import usage as usage_report
 from fairness.scheduling.fair_share import weighted_tokens
 from fairness.telemetry import budget_status
 from tests.usage.test_usage_flush import event, push

@@ -11,8 +11,8 @@ import pytest
 from django.test import override_settings
 
 from fairness.models import UsageRecord
-from fairness.portal import usage_report
-from fairness.portal.usage_report import BadReport, account_tree, parse_grouping, report
+from fairness.portal.reports import usage as usage_report
+from fairness.portal.reports.usage import BadReport, account_tree, parse_grouping, report
 
 from .conftest import DAY, NOON, record
 

@@ -166,7 +166,7 @@ def test_a_nul_character_is_a_400_too(staff_client, tree):
 
 
 def test_a_range_too_large_to_read_is_a_form_error(staff_client, usage, monkeypatch):
-    from fairness.portal import usage_report
+    from fairness.portal.reports import usage as usage_report
 
     monkeypatch.setattr(usage_report, "MAX_RECORDS", 2)
     response = staff_client.get("/staff/usage/", RANGE)

@@ -19,7 +19,7 @@ from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test.testcases import LiveServerThread
 
-from fairness.portal.signin import count_attempt
+from fairness.portal.signin.limits import count_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

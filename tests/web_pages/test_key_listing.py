@@ -12,7 +12,7 @@ from django.utils import timezone
 from fairness.models import ApiKey, AuditEntry
 from fairness.portal import actions
 from fairness.portal.keys import issue_key
-from fairness.portal.queries import KEY_SORTS
+from fairness.portal.reports.queries import KEY_SORTS
 from fairness.store.keyspace import ADMISSION_NAMESPACE
 from tests.web_pages.conftest import key_form
 

@@ -11,7 +11,7 @@ from django.utils.html import escape
 
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, Tier, UsageHourly, UsageRecord
-from fairness.portal import tier_policy
+from fairness.portal.reports import tier_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,8 @@ from django.core.exceptions import PermissionDenied
 from django.test import Client
 
 from fairness.models import AuditEntry
-from fairness.portal import actions, group_sync
+from fairness.portal import actions
+from fairness.portal.signin import group_sync
 from tests.web_pages.conftest import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)

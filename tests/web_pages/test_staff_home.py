@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fairness.models import ApiKey, Replica, SaturationAlert
 from fairness.portal import actions
-from fairness.portal.queries import attention, longest_queue
+from fairness.portal.reports.queries import attention, longest_queue
 from fairness.store import keyspace
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from fairness.portal import actions, group_sync
+from fairness.portal import actions
+from fairness.portal.signin import group_sync
 
 User = get_user_model()
 OIDC = group_sync.sync_actor("oidc")

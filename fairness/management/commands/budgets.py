@@ -3,7 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from fairness.gateway.budget_rules import tokens_in_words
-from fairness.portal.budget_report import all_lines
+from fairness.portal.reports.budgets import all_lines
 
 
 class Command(BaseCommand):

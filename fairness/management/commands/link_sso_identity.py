@@ -6,7 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError, CommandParser
 
 from fairness.management.audited import AuditedCommand
-from fairness.portal import sso_identities
+from fairness.portal.signin import sso_identities
 
 
 class Command(AuditedCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from fairness.portal.fair_share_report import Row, rows
+from fairness.portal.reports.fair_share import Row, rows
 
 # Slurm's `sshare -l` headings (EffectvUsage is spelled as Slurm spells it), with their widths.
 COLUMNS = (("RawShares", 10), ("NormShares", 11), ("RawUsage", 11), ("EffectvUsage", 13), ("FairShare", 10))

@@ -6,8 +6,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from fairness.portal import usage_report
-from fairness.portal.usage_report import Report
+from fairness.portal.reports import usage as usage_report
+from fairness.portal.reports.usage import Report
 
 RULE = "-" * 100
 # Slurm's sreport headings where it has one (Account, Login, Used); the rest are ours.

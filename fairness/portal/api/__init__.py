@@ -1,0 +1,1 @@
+"""The JSON APIs (django-ninja): the public one and the admin one."""

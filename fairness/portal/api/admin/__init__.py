@@ -1,0 +1,1 @@
+"""The admin JSON API under /api/admin/: staff sessions or admin tokens."""

@@ -1,0 +1,1 @@
+"""A signed-in person's own pages under /me/: their keys, usage, tier and password."""
