@@ -1,7 +1,7 @@
 """The /v1/ endpoints in OpenAPI terms, for the one document at /api/docs.
 
 The gateway is served by its own ASGI adapter, not django-ninja, so ninja cannot describe it;
-the portal's API merges these paths into its own schema (fairness/portal/public_api.py). A test
+the portal's API merges these paths into its own schema (fairness/portal/api/public.py). A test
 checks that every route of gateway/asgi.py is described here.
 """
 

@@ -114,7 +114,7 @@ def submitted_form(token: str) -> str:
     return f"{PREFIX}:once:{token}"
 
 
-# -- sign-in (portal/signin.py) ------------------------------------------------------------------
+# -- sign-in (portal/signin/limits.py) ------------------------------------------------------------------
 
 
 def signin_attempts_by_address(address: str) -> str:
