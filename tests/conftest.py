@@ -18,6 +18,26 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from tests import flush_retry, network_guard
 from tests.gateway_process import GatewayProcess, database_url
 
+# Fixtures that start processes (or a database that processes share): a test that uses any of them,
+# however indirectly, is marked `process`, so `make test-quick` can leave it out.
+PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker"}
+# Modules (or their folder's conftest.py) that start processes themselves, without those fixtures.
+PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
+                   "private_redis(", "Popen(")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    sources: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.path))
+        if path not in sources:
+            conftest = path.with_name("conftest.py")
+            text = path.read_text() + (conftest.read_text() if conftest.is_file() else "")
+            sources[path] = any(needle in text for needle in PROCESS_MODULES)
+        if sources[path] or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
 # Before any test or fixture runs: nothing in this process reaches past loopback.
 network_guard.install()
 flush_retry.install()
