@@ -216,8 +216,8 @@ def _issue_keys(members: Mapping[str, str], tiers: Mapping[str, Any],
                 accounts: Mapping[str, AccountSpec]) -> dict[str, Member]:
     from django.contrib.auth import get_user_model
 
+    from fairness.actions.keys import issue_key
     from fairness.models import Account, Membership
-    from fairness.portal.keys import issue_key
 
     rows = {name: Account.objects.create(name=name, shares=spec.shares)
             for name, spec in accounts.items()}

@@ -30,7 +30,7 @@ from django.contrib.auth import get_user_model
 from fairness.models import Replica, Tier
 from fairness.gateway.api_keys import VISIBLE_CHARS, hash_secret
 from fairness.models import ApiKey
-from fairness.portal.keys import issue_key
+from fairness.actions.keys import issue_key
 
 spec = json.loads({spec!r})
 tier = Tier.objects.create(name="bench", **spec["tier"])

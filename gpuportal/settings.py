@@ -292,7 +292,7 @@ CELERY_IMPORTS = ["fairness.portal.signin.ldap_sync", "fairness.batch.tasks"]
 if GP_LDAP_SERVER_URI:
     CELERY_BEAT_SCHEDULE["sync-ldap-users"] = {"task": "fairness.sync_ldap_users", "schedule": GP_LDAP_SYNC_SECONDS}
 
-# Researchers' own keys on /me/keys/ (fairness/portal/self_service.py): live keys one person may
+# Researchers' own keys on /me/keys/ (fairness/actions/self_service.py): live keys one person may
 # hold before they must revoke one to make another (keys staff issue count too).
 GP_MAX_KEYS_PER_USER = envint("GP_MAX_KEYS_PER_USER", 5)
 # Batch files (/v1/files, fairness/batch/): the largest one uploaded (413 beyond, the upload

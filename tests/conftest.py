@@ -209,7 +209,7 @@ def cast(tiers) -> dict[str, Member]:
     """alice and bob are interactive, carol runs batch jobs."""
     from django.contrib.auth import get_user_model
 
-    from fairness.portal.keys import issue_key
+    from fairness.actions.keys import issue_key
 
     members = {}
     for username, tier_name in (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch")):

@@ -1,6 +1,6 @@
 """API keys on the request path: the bearer header, the hash, and the cached lookup.
 
-Minting lives with the portal (portal/keys.py)."""
+Minting lives with the portal (actions/keys.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from fairness.portal import actions
+from fairness.actions.audit import Actor, command_line_actor
 
 
 class AuditedCommand(BaseCommand):
@@ -23,8 +23,8 @@ class AuditedCommand(BaseCommand):
         self._options = options  # call_command() comes only this way
         return super().execute(*args, **options)
 
-    def actor(self) -> actions.Actor:
-        return actions.command_line_actor(self._argv or self.command_line(self._options))
+    def actor(self) -> Actor:
+        return command_line_actor(self._argv or self.command_line(self._options))
 
     def command_line(self, options: dict[str, Any]) -> list[str]:
         """The command line that gives these options. call_command() has none of its own, and the

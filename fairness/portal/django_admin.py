@@ -22,6 +22,10 @@ from django.db.models import Field, QuerySet, URLField
 from django.forms import Field as FormField
 from django.http import HttpRequest, HttpResponse
 
+from fairness.actions.audit import Actor, audit
+from fairness.actions.keys import revoke
+from fairness.actions.replicas import save_replica
+from fairness.actions.users import password_refusal, refuse_password
 from fairness.models import (
     Account,
     AdminToken,
@@ -37,7 +41,6 @@ from fairness.models import (
     UsageHourly,
     UsageRecord,
 )
-from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaForm
 from fairness.portal.signin import group_sync
@@ -62,10 +65,10 @@ else:
 User = get_user_model()
 
 
-def _actor(request: HttpRequest) -> actions.Actor:
+def _actor(request: HttpRequest) -> Actor:
     # The admin site lets in active staff only, so its requests are always signed in.
     assert request.user.is_authenticated
-    return actions.Actor(request.user, client_address(request))
+    return Actor(request.user, client_address(request))
 
 
 class ReadOnlyAdmin(_ReadOnlyAdminBase):
@@ -107,7 +110,7 @@ class GroupMappingAdmin(_GroupMappingAdminBase):
 
     def save_model(self, request: HttpRequest, obj: GroupMapping, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        actions.audit(_actor(request), "group_mapping.change" if change else "group_mapping.add", obj.group,
+        audit(_actor(request), "group_mapping.change" if change else "group_mapping.add", obj.group,
                       account=obj.account.name, tier=obj.tier.name)
 
     def delete_model(self, request: HttpRequest, obj: GroupMapping) -> None:
@@ -143,7 +146,7 @@ class ApiKeyAdmin(_ApiKeyAdminBase):
         actor = _actor(request)
         live = list(queryset.filter(revoked_at=None))
         for key in live:
-            actions.revoke(actor, key)
+            revoke(actor, key)
         self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
 
 
@@ -170,7 +173,7 @@ class ReplicaAdmin(_ReplicaAdminBase):
     def save_model(self, request: HttpRequest, obj: Replica, form: ReplicaAdminForm, change: bool) -> None:
         # The replica and its tiers together, audited like the staff pages' changes.
         actor = _actor(request)
-        actions.save_replica(actor, obj, form.changes(), form.cleaned_data["tiers"])
+        save_replica(actor, obj, form.changes(), form.cleaned_data["tiers"])
 
     def save_related(self, request: HttpRequest, form: ReplicaAdminForm, formsets: list[Any], change: bool) -> None:
         for formset in formsets:  # not form.save_m2m(): save_model has set the tiers already
@@ -229,7 +232,7 @@ class BatchFileAdmin(ReadOnlyAdmin):
 
 
 class PortalUserAdmin(_UserAdminBase):
-    """Django's user admin, within the staff pages' rule on passwords (actions.password_refusal):
+    """Django's user admin, within the staff pages' rule on passwords (password_refusal):
     its password page refuses, audited, what they would refuse (a password for someone whose
     sign-in is the directory's or the provider's, say), and a password it sets is audited too."""
 
@@ -238,16 +241,16 @@ class PortalUserAdmin(_UserAdminBase):
         if person is None or not self.has_change_permission(request, person):
             return super().user_change_password(request, id, form_url)  # its own 404 or 403
         actor = _actor(request)
-        reason = actions.password_refusal(actor.user, person)
+        reason = password_refusal(actor.user, person)
         if reason and request.method == "POST":
-            actions.refuse_password(actor, person, reason)  # raises PermissionDenied
+            refuse_password(actor, person, reason)  # raises PermissionDenied
         if reason:
             raise PermissionDenied(reason)
         before = person.password
         response: HttpResponse = super().user_change_password(request, id, form_url)
         person.refresh_from_db(fields=["password"])
         if person.password != before:
-            actions.audit(actor, "user.password", person.get_username(), via="admin")
+            audit(actor, "user.password", person.get_username(), via="admin")
         return response
 
 

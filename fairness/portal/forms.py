@@ -12,11 +12,11 @@ from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
+from fairness.actions.self_service import memberships
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import Account, ApiKey, Membership, Replica, Tier, check_allowed_models
 from fairness.portal import submit_once
 from fairness.portal.front_end_forms import FrontEndFields
-from fairness.portal.self_service import memberships
 
 if TYPE_CHECKING:
     from django.contrib.auth import models as auth_models
@@ -164,7 +164,7 @@ class MembershipChoiceField(_MembershipChoiceFieldBase):
 
 class OwnKeyForm(SubmitOnceForm):
     """A researcher's own key (/me/keys/): the accounts offered are theirs alone, and the expiry
-    is bounded by their tier (fairness.portal.self_service checks both again)."""
+    is bounded by their tier (fairness.actions.self_service checks both again)."""
 
     label = forms.CharField(max_length=100, help_text="What it is for, e.g. “laptop” or “nightly eval”.")
     account = MembershipChoiceField(

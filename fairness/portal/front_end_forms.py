@@ -7,10 +7,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from fairness.actions import front_end_keys
+from fairness.actions.front_end_keys import KINDS, FrontEnd
 from fairness.gateway.front_end_secrets import MAX_SECRET_CHARS, MIN_SECRET_BYTES
 from fairness.models import ApiKey
-from fairness.portal import front_end_keys
-from fairness.portal.front_end_keys import KINDS, FrontEnd
 
 FRONT_END_CHOICES = [("", "None: the key speaks for its owner"), *KINDS.items()]
 

@@ -13,10 +13,11 @@ import redis.asyncio
 from django.contrib.auth import get_user_model
 
 from fairness.accounting.fair_share_usage import half_life_seconds
+from fairness.actions import accounts
+from fairness.actions.audit import Actor
+from fairness.actions.tokens import issue_admin_token
 from fairness.gateway.associations import association_id
 from fairness.models import Account, Membership
-from fairness.portal import accounts
-from fairness.portal.actions import Actor, issue_admin_token
 from fairness.scheduling.admission import Admission
 from tests.conftest import TEST_REDIS_URL
 

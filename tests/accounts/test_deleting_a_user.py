@@ -4,8 +4,8 @@ accounts stay, since other members may share them."""
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.models import Account, ApiKey, Membership, Tier
-from fairness.portal.keys import issue_key
 
 
 @pytest.mark.django_db

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from fairness.actions import accounts
 from fairness.gateway.associations import association_of
 from fairness.models import ApiKey, AuditEntry
-from fairness.portal import accounts
 
 from .conftest import SETUP
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from fairness.portal import accounts
+from fairness.actions import accounts
 
 from .conftest import SETUP, charge
 

@@ -1,6 +1,7 @@
 import pytest
 
-from fairness.portal.actions import Actor, issue_admin_token
+from fairness.actions.audit import Actor
+from fairness.actions.tokens import issue_admin_token
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
+from fairness.actions.audit import Actor, command_line_actor
+from fairness.actions.tokens import issue_admin_token
 from fairness.models import AdminToken, AuditEntry
-from fairness.portal.actions import Actor, command_line_actor, issue_admin_token
 from tests.conftest import gateway_env
 from tests.gateway_process import ROOT
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.models import BatchFile
-from fairness.portal.keys import issue_key
 from tests.batch_files.conftest import files_on_disk, jsonl
 from tests.conftest import Member
 

@@ -8,8 +8,8 @@ import openai
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.models import Batch, BatchFile
-from fairness.portal.keys import issue_key
 from tests.batches.conftest import chat_lines
 from tests.conftest import Member
 

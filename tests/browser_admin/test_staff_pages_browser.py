@@ -13,8 +13,10 @@ import redis
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import rotate
+from fairness.actions.users import set_user_active
 from fairness.models import ApiKey, Replica, SaturationAlert
-from fairness.portal import actions
 from fairness.store.keyspace import ADMISSION_NAMESPACE
 from fairness.telemetry import polling
 from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
@@ -37,10 +39,10 @@ def busy_portal(cast) -> dict[str, str]:
     """Something on every page: a key in its grace period, one expiring, open and resolved
     alerts, a draining and a disabled replica beside the live one, a deactivated user."""
     staff = User.objects.create_user("sam", password=STAFF_PASSWORD, is_staff=True)
-    actor = actions.Actor(staff, "127.0.0.1")
+    actor = Actor(staff, "127.0.0.1")
     now = timezone.now()
     carol = ApiKey.objects.get(pk=cast["carol"].key_id)
-    actions.rotate(actor, carol, grace_seconds=3600)
+    rotate(actor, carol, grace_seconds=3600)
     bob = ApiKey.objects.get(pk=cast["bob"].key_id)
     bob.expires_at = now + dt.timedelta(days=3)
     bob.label = "a rather long label that a narrow screen has to wrap somewhere sensible"
@@ -53,7 +55,7 @@ def busy_portal(cast) -> dict[str, str]:
     Replica.objects.create(name="sim-drain", base_url="http://127.0.0.1:9", model="other", draining=True)
     Replica.objects.create(name="sim-off", base_url="http://127.0.0.1:9", model="other", enabled=False)
     dora = User.objects.create_user("dora")
-    actions.set_user_active(actor, dora, False)
+    set_user_active(actor, dora, False)
     asyncio.run(polling.poll_once())  # what the poll task does: the replica page shows health
     return {"carol": carol.prefix, "bob": bob.prefix, "carol_unit": f"p{carol.owner_id}.{carol.tier.name}"}
 

@@ -10,9 +10,9 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
+from fairness.actions import accounts
+from fairness.actions.audit import Actor
 from fairness.models import Account, ApiKey, Budget, Membership
-from fairness.portal import accounts
-from fairness.portal.actions import Actor
 from fairness.store import keyspace
 from fairness.telemetry import budget_status
 from tests.conftest import TEST_REDIS_URL

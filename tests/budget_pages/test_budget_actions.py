@@ -11,8 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from fairness.actions import budgets
 from fairness.models import ApiKey, AuditEntry, Budget
-from fairness.portal import budgets
 from fairness.telemetry import budget_status
 
 from .conftest import SETUP, use

@@ -9,8 +9,8 @@ import re
 import pytest
 from django.utils import timezone
 
+from fairness.actions import budgets
 from fairness.models import AuditEntry, Budget
-from fairness.portal import budgets
 from tests.conftest import STAFF_IP
 
 from .conftest import SETUP, use

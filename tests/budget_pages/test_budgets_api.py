@@ -10,9 +10,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from fairness.actions import budgets
+from fairness.actions.audit import Actor
+from fairness.actions.tokens import issue_admin_token
 from fairness.models import ApiKey, AuditEntry, Budget
-from fairness.portal import budgets
-from fairness.portal.actions import Actor, issue_admin_token
 from tests.conftest import STAFF_IP
 
 from .conftest import SETUP, use

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from fairness.accounting import usage
+from fairness.actions import budgets
+from fairness.actions.audit import Actor
 from fairness.models import ApiKey, Budget, UsageRecord
-from fairness.portal import budgets
-from fairness.portal.actions import Actor
 from fairness.scheduling import fair_share
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync

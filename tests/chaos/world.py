@@ -79,9 +79,9 @@ def create_rows(scenario: Scenario, engine_urls: list[str]) -> dict[str, Key]:
     """Tiers, keys and replicas in the database the gateways will read (Django is set up)."""
     from django.contrib.auth import get_user_model
 
+    from fairness.actions.keys import issue_key
     from fairness.demo.default_tiers import ensure_default_tiers
     from fairness.models import Replica, Tier
-    from fairness.portal.keys import issue_key
 
     tiers = ensure_default_tiers(Tier)
     # Borrowing lets batch exceed its pool while nobody waits; off, the pool is a cap to check.

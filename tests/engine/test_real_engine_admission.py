@@ -7,7 +7,7 @@ import httpx
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairness.portal.keys import issue_key
+from fairness.actions.keys import issue_key
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 
 

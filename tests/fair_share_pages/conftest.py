@@ -14,10 +14,10 @@ import redis.asyncio
 from django.contrib.auth import get_user_model
 
 from fairness.accounting.fair_share_usage import half_life_seconds
+from fairness.actions import accounts
+from fairness.actions.audit import Actor
 from fairness.gateway.associations import association_id
 from fairness.models import Account, Membership
-from fairness.portal import accounts
-from fairness.portal.actions import Actor
 from fairness.scheduling.admission import Admission
 from tests.conftest import TEST_REDIS_URL
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
-from fairness.portal.keys import issue_key
 from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held, peak_overlap, send
 from tests.polling import wait_for

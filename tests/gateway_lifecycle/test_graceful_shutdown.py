@@ -18,8 +18,8 @@ import redis
 from django.contrib.auth import get_user_model
 
 from enginesim.process import EngineSimProcess, start_enginesim
+from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
-from fairness.portal.keys import issue_key
 from fairness.scheduling.live_counts import person_load
 from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held

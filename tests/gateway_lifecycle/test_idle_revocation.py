@@ -12,9 +12,9 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.actions.keys import issue_key
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
-from fairness.portal.keys import issue_key
 from tests.polling import async_wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

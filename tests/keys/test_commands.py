@@ -10,10 +10,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command, load_command_class
 
+from fairness.actions.audit import command_line_actor
+from fairness.actions.keys import mint_secret
+from fairness.actions.replicas import save_replica
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import ApiKey, AuditEntry, Replica, Tier
-from fairness.portal import actions
-from fairness.portal.keys import mint_secret
 from fairness.store.keyspace import CONFIG_EPOCH
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,12 +163,12 @@ def test_a_replica_whose_tiers_fail_to_save_is_not_saved_either(tiers, redis_cli
     unsaved = Tier(name="ghost")
 
     with pytest.raises(ValueError):
-        actions.save_replica(actions.command_line_actor(["manage.py", "add_replica"]),
+        save_replica(command_line_actor(["manage.py", "add_replica"]),
                              Replica(name="gpu0", base_url="http://127.0.0.1:9", model="tiny"), {}, [unsaved])
 
     assert not Replica.objects.exists() and not AuditEntry.objects.exists()
     assert redis_client.get(CONFIG_EPOCH) == b"before"  # gateways were told of nothing
 
-    actions.save_replica(actions.command_line_actor(["manage.py", "add_replica"]),
+    save_replica(command_line_actor(["manage.py", "add_replica"]),
                          Replica(name="gpu0", base_url="http://127.0.0.1:9", model="tiny"), {}, [tiers["batch"]])
     assert redis_client.get(CONFIG_EPOCH) != b"before"

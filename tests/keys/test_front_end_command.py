@@ -10,10 +10,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.forms.models import model_to_dict
 
+from fairness.actions.audit import command_line_actor
+from fairness.actions.keys import rotate
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.front_end_secrets import unseal
 from fairness.models import ApiKey, AuditEntry
-from fairness.portal import actions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,7 +116,7 @@ def test_rotating_a_front_end_key_keeps_it_speaking_for_the_front_end(cast, secr
               "--jwt-secret-file", str(secret_file), "--no-add-people")
     old = ApiKey.objects.get(secret_hash=hash_secret(out.splitlines()[-1]))
 
-    new, _ = actions.rotate(actions.command_line_actor(["manage.py"]), old)
+    new, _ = rotate(command_line_actor(["manage.py"]), old)
 
     assert (new.front_end, new.front_end_adds_people) == ("openwebui", False)
     assert unseal(new.front_end_secret) == JWT_SECRET

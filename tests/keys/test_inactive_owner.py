@@ -12,8 +12,9 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue
 from fairness.models import ApiKey
-from fairness.portal import actions
 from fairness.store.keyspace import CONFIG_EPOCH
 from tests.conftest import start_gateway
 from tests.polling import wait_for
@@ -76,7 +77,7 @@ def test_the_action_and_the_command_refuse_too(staff, cast, tiers):
     set_active("carol", False)
     carol = get_user_model().objects.get(username="carol")
     with pytest.raises(ValidationError, match="deactivated"):
-        actions.issue(actions.Actor(staff), carol, tiers["batch"])
+        issue(Actor(staff), carol, tiers["batch"])
     with pytest.raises(CommandError, match="deactivated"):
         call_command("issue_key", "--user", "carol", "--tier", "batch", stdout=io.StringIO())
     assert ApiKey.objects.filter(owner__username="carol").count() == 1

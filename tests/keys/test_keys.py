@@ -7,10 +7,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from fairness.actions.keys import issue_key, mint_secret
 from fairness.gateway.api_keys import KeyCache, hash_secret
 from fairness.gateway.errors import ApiError
 from fairness.models import ApiKey, Replica
-from fairness.portal.keys import issue_key, mint_secret
 from fairness.store.config_epoch import NO_EPOCH, EpochWatch
 from fairness.store.keyspace import CONFIG_EPOCH
 

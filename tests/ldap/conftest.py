@@ -18,8 +18,8 @@ import ldif
 import pytest
 from django.test import override_settings
 
+from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
-from fairness.portal.actions import Actor
 from tests.conftest import LOG_DIR, free_port
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 from tests.polling import wait_for

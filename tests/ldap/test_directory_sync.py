@@ -10,8 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
+from fairness.actions.keys import issue
+from fairness.actions.users import set_user_active
 from fairness.models import AuditEntry, Membership
-from fairness.portal import actions
 from fairness.portal.signin import ldap_sync
 from fairness.portal.signin.ldap_sync import sync_directory
 from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, ldap_environment, needs_slapd, user_dn
@@ -36,7 +37,7 @@ def active(username: str) -> bool:
 
 
 def test_someone_deleted_from_the_directory_is_deactivated_and_their_keys_stop(slapd: Slapd, signed_in, labs: Labs):
-    key, _ = actions.issue(SETUP, User.objects.get(username="alice"), labs.standard)
+    key, _ = issue(SETUP, User.objects.get(username="alice"), labs.standard)
     slapd.delete(user_dn("alice"))
 
     report = sync_directory()
@@ -67,7 +68,7 @@ def test_everyone_still_there_has_their_groups_followed_and_a_return_reactivates
 
 
 def test_a_staff_deactivation_stands(slapd: Slapd, signed_in):
-    actions.set_user_active(SETUP, User.objects.get(username="bob"), False)
+    set_user_active(SETUP, User.objects.get(username="bob"), False)
     sync_directory()
     assert not active("bob")
 

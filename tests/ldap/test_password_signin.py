@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
+from fairness.actions.keys import issue
 from fairness.models import AuditEntry, Membership
-from fairness.portal import actions
 from fairness.portal.signin import group_sync
 from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, needs_slapd
 
@@ -97,7 +97,7 @@ def test_a_local_staff_account_is_not_taken_over_by_the_directory_user_of_that_n
 
 def test_someone_in_no_mapped_group_is_refused_and_their_keys_stop(slapd: Slapd, labs: Labs, gateway):
     sign_in("alice", PASSWORDS["alice"])
-    _, secret = actions.issue(SETUP, User.objects.get(username="alice"), labs.standard)
+    _, secret = issue(SETUP, User.objects.get(username="alice"), labs.standard)
 
     def gateway_says() -> str:
         response = httpx.post(gateway.url + "/v1/chat/completions", timeout=5,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions import accounts
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue_key
 from fairness.models import Account, ApiKey, Tier
-from fairness.portal import accounts
-from fairness.portal.actions import Actor
-from fairness.portal.keys import issue_key
 
 SETUP = Actor(None, name="test-setup")
 OTHER_MODEL = "other/model-b"  # a slash, as Hugging Face names go

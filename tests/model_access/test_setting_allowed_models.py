@@ -162,7 +162,7 @@ def test_add_account_refuses_a_bad_model_name(tiers):
 def test_a_restriction_set_by_an_action_is_validated(tiers):
     from django.core.exceptions import ValidationError
 
-    from fairness.portal import accounts
+    from fairness.actions import accounts
 
     with pytest.raises(ValidationError):
         accounts.add_account(SETUP, "lab", allowed_models=["has space"])

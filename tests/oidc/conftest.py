@@ -22,8 +22,8 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
-from fairness.portal.actions import Actor
 from fairness.portal.signin import oidc_backend
 from tests.conftest import LOG_DIR, free_port, gateway_env
 from tests.gateway_process import GatewayProcess

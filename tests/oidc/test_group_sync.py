@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions import accounts
+from fairness.actions.keys import issue
+from fairness.actions.users import set_user_active
 from fairness.models import ApiKey, AuditEntry, Membership
-from fairness.portal import accounts, actions
 from fairness.portal.signin import group_sync
 from tests.oidc.conftest import SETUP, Labs
 
@@ -26,7 +28,7 @@ def member_of(user) -> dict[str, bool]:
 def test_moving_to_another_group_moves_membership_default_and_keys(alice, labs: Labs):
     group_sync.sync_memberships(SYNC, alice, ["nlp-lab"])
     accounts.add_member(SETUP, labs.shared, alice)  # staff's, in an account no group maps to
-    key, _ = actions.issue(SETUP, alice, labs.standard)
+    key, _ = issue(SETUP, alice, labs.standard)
     assert key.membership is not None and key.membership.account == labs.nlp
 
     synced = group_sync.sync_memberships(SYNC, alice, ["vision-lab"])
@@ -51,7 +53,7 @@ def test_no_mapped_group_keeps_memberships_and_staffs_deactivation_stands(alice,
     assert not group_sync.sync_memberships(SYNC, alice, ["unmapped"]).has_access
     assert member_of(alice) == {"nlp": True}
 
-    actions.set_user_active(SETUP, alice, False)  # staff's decision, not the sync's
+    set_user_active(SETUP, alice, False)  # staff's decision, not the sync's
     group_sync.restore_access(SYNC, alice)
     assert not User.objects.get(pk=alice.pk).is_active
 

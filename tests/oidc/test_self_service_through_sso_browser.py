@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
+from fairness.actions.audit import Actor
+from fairness.actions.users import set_user_active
 from fairness.models import Account, ApiKey, AuditEntry, Membership
-from fairness.portal import actions
-from fairness.portal.actions import Actor
 from fairness.portal.signin import group_sync
 from fairness.portal.submit_once import new_token
 from tests.browser_admin.test_admin_pages_browser import ask
@@ -190,6 +190,6 @@ def test_a_deactivated_researchers_sso_session_ends_at_its_next_request(tiers, r
         client = Client()
         client.force_login(rosa, backend="fairness.portal.signin.oidc_backend.SsoBackend")
         assert client.get("/me/keys/").status_code == 200
-        actions.set_user_active(SETUP, rosa, False)
+        set_user_active(SETUP, rosa, False)
         response = client.get("/me/keys/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")

@@ -11,8 +11,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue
+from fairness.actions.users import create_user
 from fairness.models import AuditEntry, Membership, SsoIdentity
-from fairness.portal import actions
 from fairness.portal.signin import group_sync, sso_identities
 from tests.oidc.conftest import SETUP, STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
 
@@ -45,7 +47,7 @@ def test_a_provider_account_named_root_never_becomes_the_local_superuser(sso_por
 def test_a_provider_alice_beside_a_local_researcher_alice_gets_an_account_of_her_own(
         sso_portal, oidc_provider: Provider, labs: Labs):
     alice = User.objects.create_user("alice", "alice@lab.invalid", "alice's own password")
-    actions.issue(SETUP, alice, labs.standard)
+    issue(SETUP, alice, labs.standard)
     hers = list(Membership.objects.filter(user=alice).values_list("account__name", "is_default"))
     oidc_provider.set({"alice": ["vision-lab"]})
 
@@ -146,13 +148,13 @@ def test_only_a_superuser_links_and_never_a_staff_account_or_a_taken_identity(st
     bob = User.objects.create_user("bob")
     issuer = "http://127.0.0.1:9/provider"
     with pytest.raises(PermissionDenied, match="Only a superuser"):
-        sso_identities.link(actions.Actor(staff, STAFF_IP), bob, issuer, "u-6006")
+        sso_identities.link(Actor(staff, STAFF_IP), bob, issuer, "u-6006")
     with pytest.raises(CommandError, match="is staff"):
         call_command("link_sso_identity", "root", "u-6006", "--issuer", issuer)
-    sso_identities.link(actions.Actor(root, STAFF_IP), bob, issuer, "u-6006")
+    sso_identities.link(Actor(root, STAFF_IP), bob, issuer, "u-6006")
     carol = User.objects.create_user("carol")
     with pytest.raises(PermissionDenied, match="signs in as bob already"):
-        sso_identities.link(actions.Actor(root, STAFF_IP), carol, issuer, "u-6006")
+        sso_identities.link(Actor(root, STAFF_IP), carol, issuer, "u-6006")
 
     assert list(SsoIdentity.objects.values_list("user__username", flat=True)) == ["bob"]
     refused = list(AuditEntry.objects.filter(action="user.sso_link.refused").order_by("pk")
@@ -163,7 +165,7 @@ def test_only_a_superuser_links_and_never_a_staff_account_or_a_taken_identity(st
 
 def test_an_account_sso_made_before_identities_were_kept_is_taken_over_once_by_its_name(
         sso_portal, oidc_provider: Provider, labs: Labs):
-    olga = actions.create_user(OIDC, "olga", "olga@uni.example")  # as the username-matching sign-in made her
+    olga = create_user(OIDC, "olga", "olga@uni.example")  # as the username-matching sign-in made her
     oidc_provider.set({"u-7007": ["nlp-lab"], "u-8008": ["nlp-lab"]}, usernames={"u-7007": "olga", "u-8008": "olga"})
 
     with sso_sign_in(sso_portal.url, "u-7007") as (client, _):

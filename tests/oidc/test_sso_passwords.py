@@ -9,8 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
+from fairness.actions.audit import Actor
+from fairness.actions.users import set_password
 from fairness.models import AuditEntry
-from fairness.portal import actions
 from tests.oidc.conftest import STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
 
 User = get_user_model()
@@ -48,7 +49,7 @@ def test_not_even_a_superuser_gives_an_sso_user_a_password(eve):
     root = User.objects.create_superuser("root", "root@portal.invalid", "the root password")
     assert pages_as(root).post("/staff/users/eve/password/", NEW).status_code == 403
     with pytest.raises(PermissionDenied, match="signs in with"):
-        actions.set_password(actions.Actor(None, name="os:root"), eve, NEW["new_password1"])
+        set_password(Actor(None, name="os:root"), eve, NEW["new_password1"])
 
     assert not Client().login(username="eve", password=NEW["new_password1"])
     assert list(AuditEntry.objects.filter(action="user.password.refused").values_list("actor_name", flat=True)

@@ -11,8 +11,9 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions import accounts
+from fairness.actions.keys import issue
 from fairness.models import AuditEntry, Membership
-from fairness.portal import accounts, actions
 from fairness.portal.signin import sso_identities
 from tests.oidc.conftest import SETUP, Labs, Provider
 from tests.polling import wait_for
@@ -79,7 +80,7 @@ def test_someone_in_no_mapped_group_is_refused_and_their_keys_stop_until_they_ar
     bob = User.objects.create_user("bob", "bob@uni.example")
     sso_identities.link(SETUP, bob, oidc_provider.issuer, "bob")  # made before SSO: linked on purpose
     accounts.add_member(SETUP, labs.nlp, bob)
-    _, secret = actions.issue(SETUP, bob, labs.standard)
+    _, secret = issue(SETUP, bob, labs.standard)
     oidc_provider.set({"bob": ["some-unmapped-group"]})
 
     def gateway_says() -> str:

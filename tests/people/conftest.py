@@ -20,9 +20,9 @@ def front_end_key(cast, tiers) -> FrontEndKey:
     forwarded users with SECRET."""
     from django.contrib.auth import get_user_model
 
+    from fairness.actions.keys import issue_key
     from fairness.gateway.front_end_secrets import seal
     from fairness.models import Account, ApiKey, Membership
-    from fairness.portal.keys import issue_key
 
     lab = Account.objects.create(name="lab")
     service = get_user_model().objects.create(username="openwebui-service")

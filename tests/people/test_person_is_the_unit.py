@@ -8,8 +8,8 @@ import asyncio
 import httpx
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
-from fairness.portal.keys import issue_key
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import drop, key_stats, wait_async
 

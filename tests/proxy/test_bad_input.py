@@ -10,8 +10,8 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from fairness.actions.keys import mint_secret
 from fairness.models import ApiKey, Replica
-from fairness.portal.keys import mint_secret
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL, free_port, start_gateway

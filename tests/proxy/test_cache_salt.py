@@ -9,9 +9,9 @@ import json
 import httpx
 from django.contrib.auth import get_user_model
 
+from fairness.actions.keys import issue_key
 from fairness.gateway import request_parsing
 from fairness.models import Tier
-from fairness.portal.keys import issue_key
 from tests.conftest import MODEL
 
 BODY = json.dumps(

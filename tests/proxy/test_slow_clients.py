@@ -15,8 +15,8 @@ import httpx
 import pytest
 from django.conf import settings
 
+from fairness.actions.keys import mint_secret
 from fairness.models import ApiKey
-from fairness.portal.keys import mint_secret
 from tests.conftest import start_gateway
 
 HEADER_TIMEOUT = 1.0

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions import self_service
+from fairness.actions.audit import Actor
 from fairness.models import Account, ApiKey, AuditEntry, GroupMapping, Membership, Tier
-from fairness.portal import self_service
-from fairness.portal.actions import Actor
 from fairness.portal.submit_once import new_token
 
 from .conftest import default_membership_of, make_key, signed_in

@@ -11,8 +11,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from fairness.accounting import key_expiry
+from fairness.actions.audit import Actor
+from fairness.actions.keys import rotate
 from fairness.models import ApiKey, Tier
-from fairness.portal import actions
 from fairness.telemetry import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,7 +66,7 @@ def test_no_mail_for_revoked_rotated_or_unreachable_keys(key, cast, mailoutbox):
     assert key_expiry.notify_expiring(NOW) == 0
 
     ApiKey.objects.filter(pk=key.pk).update(revoked_at=None)
-    new, _ = actions.rotate(actions.Actor(None, name="test"), ApiKey.objects.get(pk=key.pk), grace_seconds=3600)
+    new, _ = rotate(Actor(None, name="test"), ApiKey.objects.get(pk=key.pk), grace_seconds=3600)
     assert key_expiry.notify_expiring(NOW) == 1  # the successor (same expiry), not the old key in its grace
     assert new.prefix in mailoutbox[-1].subject and len(mailoutbox) == 1
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 
+from fairness.actions import accounts
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue_key
 from fairness.models import Account, ApiKey, UsageRecord
-from fairness.portal import accounts
-from fairness.portal.actions import Actor
-from fairness.portal.keys import issue_key
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (the browser test's fixtures)
 
 SETUP = Actor(None, name="test-setup")

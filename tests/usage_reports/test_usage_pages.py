@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from fairness.portal import accounts
+from fairness.actions import accounts
 
 from .conftest import DAY, SETUP, record
 
@@ -185,7 +185,8 @@ def test_the_staff_nav_links_the_report(staff_client, tree):
 
 
 def test_the_admin_api_gives_the_same_report_to_an_admin_token_only(staff, usage):
-    from fairness.portal.actions import Actor, issue_admin_token
+    from fairness.actions.audit import Actor
+    from fairness.actions.tokens import issue_admin_token
 
     token = issue_admin_token(Actor(staff), staff, "reports")[1]
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")

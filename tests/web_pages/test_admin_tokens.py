@@ -9,9 +9,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
+from fairness.actions.audit import Actor
+from fairness.actions.tokens import issue_admin_token
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import AdminToken, AuditEntry
-from fairness.portal.actions import Actor, issue_admin_token
 from tests.web_pages.conftest import STAFF_IP, key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue_key, revoke, rotate
 from fairness.models import ApiKey, AuditEntry
-from fairness.portal import actions
-from fairness.portal.keys import issue_key
 from fairness.portal.reports.queries import KEY_SORTS
 from fairness.store.keyspace import ADMISSION_NAMESPACE
 from tests.web_pages.conftest import key_form
@@ -34,12 +34,12 @@ def test_search_finds_owner_label_or_prefix(staff_client, cast):
 
 def test_filters_by_tier_and_state(staff, staff_client, cast):
     bob = ApiKey.objects.get(pk=cast["bob"].key_id)
-    actions.revoke(actions.Actor(staff), bob)
+    revoke(Actor(staff), bob)
     alice = ApiKey.objects.get(pk=cast["alice"].key_id)
     alice.expires_at = timezone.now() - dt.timedelta(minutes=1)
     alice.save()
     carol = ApiKey.objects.get(pk=cast["carol"].key_id)
-    new_carol, _ = actions.rotate(actions.Actor(staff), carol, grace_seconds=3600)
+    new_carol, _ = rotate(Actor(staff), carol, grace_seconds=3600)
 
     assert set(prefixes(staff_client.get("/staff/keys/?tier=batch&state=all"))) == {carol.prefix, new_carol.prefix}
     assert set(prefixes(staff_client.get("/staff/keys/"))) == {carol.prefix, new_carol.prefix}  # live

@@ -11,8 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.test import Client
 
+from fairness.actions.audit import Actor
+from fairness.actions.users import create_user, set_password
 from fairness.models import AuditEntry
-from fairness.portal import actions
 from fairness.portal.signin import group_sync
 from tests.web_pages.conftest import STAFF_IP
 
@@ -56,7 +57,7 @@ def test_staff_cannot_set_the_password_of_staff_or_of_anyone_who_has_one(staff, 
 def test_the_action_itself_refuses_and_audits_whoever_calls_it(staff):
     root = _people()["root"]
     with pytest.raises(PermissionDenied):
-        actions.set_password(actions.Actor(staff, "127.10.0.9"), root, NEW["new_password1"])
+        set_password(Actor(staff, "127.10.0.9"), root, NEW["new_password1"])
     root.refresh_from_db()
     assert root.check_password("the root password")
     entry = AuditEntry.objects.get()
@@ -105,7 +106,7 @@ def test_the_users_page_offers_set_password_only_where_it_would_be_allowed(staff
 
 def test_staff_cannot_give_a_directory_user_a_password(staff):
     # Made as the directory sign-in makes its accounts (tests/ldap signs one in through slapd).
-    actions.create_user(group_sync.sync_actor("ldap", "127.0.0.5"), "bob", "bob@uni.example")
+    create_user(group_sync.sync_actor("ldap", "127.0.0.5"), "bob", "bob@uni.example")
     staff_client = Client(REMOTE_ADDR="127.0.0.7")
     staff_client.force_login(staff)
 

@@ -84,7 +84,7 @@ def test_an_alert_shows_its_figures_and_can_be_acknowledged_once(staff, staff_cl
 
 
 def test_the_audit_log_is_read_only_and_paged(staff_client, staff, tiers):
-    from fairness.portal.actions import Actor, audit
+    from fairness.actions.audit import Actor, audit
 
     for n in range(120):
         audit(Actor(staff, "127.10.0.1"), "tier.update", f"t{n}")

@@ -8,8 +8,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import rotate
 from fairness.models import ApiKey, Replica, SaturationAlert
-from fairness.portal import actions
 from fairness.portal.reports.queries import attention, longest_queue
 from fairness.store import keyspace
 
@@ -38,7 +39,7 @@ def test_it_lists_open_alerts_down_replicas_and_keys_expiring_within_a_week(staf
     later.expires_at = now + dt.timedelta(days=8)
     later.save()
     carol = ApiKey.objects.get(pk=cast["carol"].key_id)
-    actions.rotate(actions.Actor(staff), carol, grace_seconds=3600)  # carol's old key ends in an hour
+    rotate(Actor(staff), carol, grace_seconds=3600)  # carol's old key ends in an hour
 
     html = staff_client.get("/staff/").content.decode()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from fairness.portal import actions
+from fairness.actions.users import create_user
 from fairness.portal.signin import group_sync
 
 User = get_user_model()
@@ -16,7 +16,7 @@ OIDC = group_sync.sync_actor("oidc")
 def test_the_users_page_answers_with_a_name_made_before_names_were_checked(staff):
     # What the username-matching sign-in used to make from a claim of `lab/alice`.
     odd = User.objects.create_user("lab/alice")
-    actions.create_user(OIDC, "x" * 150)
+    create_user(OIDC, "x" * 150)
 
     staff_client = Client(REMOTE_ADDR="127.0.0.7")
     staff_client.force_login(staff)

@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
+from fairness.actions import accounts
 from fairness.management.audited import AuditedCommand
 from fairness.models import Account
-from fairness.portal import accounts
 
 
 class Command(AuditedCommand):

@@ -3,9 +3,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
+from fairness.actions.replicas import save_replica
 from fairness.management.audited import AuditedCommand
 from fairness.models import Replica, Tier
-from fairness.portal import actions
 
 
 class Command(AuditedCommand):
@@ -35,7 +35,7 @@ class Command(AuditedCommand):
         tiers = None if opts["tiers"] is None else self._tiers(opts["tiers"])
         try:
             replica.full_clean()
-            actions.save_replica(self.actor(), replica, changed, tiers)  # with its tiers, or neither
+            save_replica(self.actor(), replica, changed, tiers)  # with its tiers, or neither
         except ValidationError as exc:
             errors = exc.message_dict.items()
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in errors)) from None

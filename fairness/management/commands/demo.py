@@ -22,9 +22,11 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from fairness.actions.audit import command_line_actor
+from fairness.actions.keys import issue, revoke
+from fairness.actions.users import create_user
 from fairness.demo.default_tiers import ensure_default_tiers
 from fairness.models import ApiKey, Replica, Tier
-from fairness.portal import actions
 
 CAST = (("alice", "interactive"), ("bob", "interactive"), ("carol", "batch"))
 DEMO_LABEL = "demo"
@@ -200,14 +202,14 @@ class Command(BaseCommand):
     def _introduce(self, port: int, model: str, log_dir: Path) -> dict[str, str]:
         tiers = ensure_default_tiers(Tier)
         User = get_user_model()
-        actor = actions.command_line_actor()  # this process's own command line: manage.py demo
+        actor = command_line_actor()  # this process's own command line: manage.py demo
         keys = {}
         for username, tier in CAST:
-            user = User.objects.filter(username=username).first() or actions.create_user(actor, username)
+            user = User.objects.filter(username=username).first() or create_user(actor, username)
             # A re-run's keys replace the last run's: the demo's keys never pile up.
             for old in ApiKey.objects.filter(owner=user, label=DEMO_LABEL, revoked_at__isnull=True):
-                actions.revoke(actor, old)
-            _, keys[username] = actions.issue(actor, user, tiers[tier], label=DEMO_LABEL)
+                revoke(actor, old)
+            _, keys[username] = issue(actor, user, tiers[tier], label=DEMO_LABEL)
         admin, created = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}
         )

@@ -3,10 +3,10 @@ from typing import Any, cast
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
+from fairness.actions.keys import expiry_in_days
+from fairness.actions.tokens import issue_admin_token
 from fairness.management.audited import AuditedCommand
 from fairness.models import AdminToken
-from fairness.portal import actions
-from fairness.portal.keys import expiry_in_days
 
 LABEL_MAX = cast(int, AdminToken._meta.get_field("label").max_length)  # a CharField's: always set
 
@@ -31,7 +31,7 @@ class Command(AuditedCommand):
             raise CommandError(f"No user named {user!r}.")
         if not (owner.is_active and owner.is_staff):
             raise CommandError(f"{user} is not active staff: admin tokens are for staff only.")
-        token, secret = actions.issue_admin_token(
+        token, secret = issue_admin_token(
             self.actor(), owner, label, expiry_in_days(expires_days)
         )
         expiry = f"it expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else "it does not expire"

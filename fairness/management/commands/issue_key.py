@@ -8,11 +8,11 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from django.db.models import Field
 
+from fairness.actions import users as user_actions
+from fairness.actions.front_end_keys import KINDS, NONE, FrontEnd, requested
+from fairness.actions.keys import expiry_in_days, issue
 from fairness.management.audited import AuditedCommand
 from fairness.models import ApiKey, Tier
-from fairness.portal import actions
-from fairness.portal.front_end_keys import KINDS, NONE, FrontEnd, requested
-from fairness.portal.keys import expiry_in_days
 
 LABEL_MAX = cast(int, ApiKey._meta.get_field("label").max_length)  # a CharField's: always set
 
@@ -68,9 +68,8 @@ class Command(AuditedCommand):
         try:
             with transaction.atomic():  # no new user without the key it was created for
                 if owner is None:  # created
-                    owner = actions.create_user(actor, user)
-                key, secret = actions.issue(actor, owner, tier_obj, label, expiry_in_days(expires_days),
-                                            front_end=front)
+                    owner = user_actions.create_user(actor, user)
+                key, secret = issue(actor, owner, tier_obj, label, expiry_in_days(expires_days), front_end=front)
         except ValidationError as exc:  # a deactivated owner
             raise CommandError(" ".join(exc.messages)) from None
         if created:

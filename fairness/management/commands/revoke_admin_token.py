@@ -3,10 +3,10 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import Q
 
+from fairness.actions.tokens import revoke_admin_token
 from fairness.gateway.api_keys import hash_secret
 from fairness.management.audited import AuditedCommand
 from fairness.models import AdminToken
-from fairness.portal import actions
 
 
 class Command(AuditedCommand):
@@ -25,5 +25,5 @@ class Command(AuditedCommand):
         if found.revoked_at is not None:
             self.stdout.write(f"{found.prefix}… of {found.owner} was already revoked.")
             return
-        actions.revoke_admin_token(self.actor(), found)
+        revoke_admin_token(self.actor(), found)
         self.stdout.write(f"Revoked admin token {found.prefix}… of {found.owner}. Its next request is refused.")

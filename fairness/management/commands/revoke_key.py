@@ -2,10 +2,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from fairness.actions.keys import revoke
 from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
 from fairness.management.audited import AuditedCommand
 from fairness.models import ApiKey
-from fairness.portal import actions
 
 
 class Command(AuditedCommand):
@@ -30,6 +30,6 @@ class Command(AuditedCommand):
         if found.revoked_at is not None:  # nothing changes, so nothing is audited
             self.stdout.write(f"{found.prefix}… of {found.owner} was already revoked.")
             return
-        actions.revoke(self.actor(), found)
+        revoke(self.actor(), found)
         self.stdout.write(f"Revoked {found.prefix}… of {found.owner}. "
                           "Every gateway refuses it within a second.")

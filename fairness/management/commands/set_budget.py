@@ -5,9 +5,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
+from fairness.actions import budgets
 from fairness.management.audited import AuditedCommand
 from fairness.models import Budget
-from fairness.portal import budgets
 
 
 class Command(AuditedCommand):

@@ -3,7 +3,7 @@
 
 A batch and its files belong to their owner: anyone else's is a 404, exactly like one that does
 not exist, and staff see figures, never the content. Cancelling goes through
-actions.cancel_batch, which audits it.
+cancel_batch, which audits it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
+from fairness.actions.audit import Actor
+from fairness.actions.batches import cancel_batch
 from fairness.batch.control import CANCELLABLE
 from fairness.batch.progress import Progress, progress_by_batch
 from fairness.batch.stored_content import StoredContent
 from fairness.models import Batch, BatchFile, BatchStatus
-from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.pages.common import staff_required
 from fairness.portal.signed_in import SignedInRequest
@@ -117,8 +118,8 @@ def _listing(request: HttpRequest, batches: QuerySet[Batch], template: str) -> H
     return render(request, template, {"page": page, "rows": _rows(list(page.object_list), timezone.now())})
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _cancel(request: SignedInRequest, batch: Batch, listing: str, whose: str) -> HttpResponse:
@@ -127,7 +128,7 @@ def _cancel(request: SignedInRequest, batch: Batch, listing: str, whose: str) ->
         messages.info(request, f"{batch.public_id} is {_status_words(batch)}: nothing to cancel.")
         return redirect(listing)
     if request.method == "POST":
-        if actions.cancel_batch(_actor(request), batch):
+        if cancel_batch(_actor(request), batch):
             messages.success(request, f"Cancelling {batch.public_id}{whose}: requests still running stop, no more "
                                       "start, and what finished stays in its results.")
         else:  # it changed between the check above and now

@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_variables
 
-from fairness.portal import actions
+from fairness.actions.audit import Actor
 from fairness.portal.client_address import client_address
 from fairness.portal.signed_in import SignedInRequest
 
@@ -56,9 +56,9 @@ def already_done(request: HttpRequest, made: str, what: str, lost_secret: str, l
     return redirect(listing)
 
 
-def staff_actor(request: SignedInRequest) -> actions.Actor:
+def staff_actor(request: SignedInRequest) -> Actor:
     """Who a staff page's change is audited as: the signed-in user, from their address."""
-    return actions.Actor(request.user, client_address(request))
+    return Actor(request.user, client_address(request))
 
 
 def staff_only(user: User) -> None:

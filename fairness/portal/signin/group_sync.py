@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from fairness.actions import accounts
+from fairness.actions.audit import Actor, audit
+from fairness.actions.users import set_user_active
 from fairness.models import Account, AuditEntry, GroupMapping, Membership, Tier
-from fairness.portal import accounts
-from fairness.portal.actions import Actor, audit, set_user_active
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

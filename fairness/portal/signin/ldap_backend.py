@@ -29,9 +29,10 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
+from fairness.actions.account_origin import is_directory_account
+from fairness.actions.audit import Actor
+from fairness.actions.users import create_user
 from fairness.models import GroupMapping
-from fairness.portal import actions
-from fairness.portal.account_origin import is_directory_account
 from fairness.portal.client_address import client_address
 from fairness.portal.signin import group_sync
 from fairness.portal.signin.ldap_directory import DirectoryUnavailable, Person, describe, library_settings, person_from
@@ -66,7 +67,7 @@ def mapping_names(group_dns: Iterable[str], group_names: Iterable[str]) -> list[
     return [group for group in GroupMapping.objects.values_list("group", flat=True) if _canonical(group) in theirs]
 
 
-def follow_groups(actor: actions.Actor, user: User, person: Person) -> group_sync.Synced:
+def follow_groups(actor: Actor, user: User, person: Person) -> group_sync.Synced:
     """Memberships from the directory's groups; no mapped group: no access (group_sync)."""
     synced = group_sync.sync_memberships(actor, user, mapping_names(person.group_dns, person.group_names))
     if synced.has_access:
@@ -115,7 +116,7 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
         """The portal's user for a directory entry, made (and audited) at the first sign-in."""
         user = get_user_model().objects.filter(username__iexact=username).first()
         if user is None:
-            return actions.create_user(self._actor(), username.lower()), False
+            return create_user(self._actor(), username.lower()), False
         if not is_directory_account(user.get_username()):
             raise ldap_user.AuthenticationFailed("a local account holds this username")
         return user, False
@@ -125,7 +126,7 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # untyped library
         user = super().get_user(user_id)
         return user if user is not None and user.is_active else None
 
-    def _actor(self) -> actions.Actor:
+    def _actor(self) -> Actor:
         request = getattr(self, "request", None)
         return group_sync.sync_actor("ldap", client_address(request) if request is not None else None)
 

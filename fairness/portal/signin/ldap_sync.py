@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from fairness.actions.account_origin import is_directory_account
 from fairness.models import AuditEntry
-from fairness.portal.account_origin import is_directory_account
 from fairness.portal.signin import group_sync
 from fairness.portal.signin.ldap_backend import follow_groups
 from fairness.portal.signin.ldap_directory import DirectoryUnavailable, Person, connection, look_up

@@ -31,7 +31,7 @@ from django.core.validators import validate_email
 from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from fairness.portal import actions
+from fairness.actions.audit import Actor, audit
 from fairness.portal.client_address import client_address
 from fairness.portal.signin import group_sync, sso_identities
 
@@ -203,7 +203,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         if user.is_staff or user.is_superuser:
             # Staff keep their own password: a provider's account (or a link) must never carry
             # someone into the staff pages.
-            actions.audit(actor, "user.sso.refused", user.get_username(), reason="staff", **claimed.describe())
+            audit(actor, "user.sso.refused", user.get_username(), reason="staff", **claimed.describe())
             raise SignInRefused(f"{user.get_username()} is a staff account here, and staff sign in with their "
                                 "password, not with the institution's account.")
         groups = claims.get(settings.GP_OIDC_GROUPS_CLAIM) or []
@@ -218,7 +218,7 @@ class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped li
         group_sync.restore_access(actor, user)
         return user
 
-    def _actor(self) -> actions.Actor:
+    def _actor(self) -> Actor:
         return group_sync.sync_actor("oidc", client_address(self.request))
 
 

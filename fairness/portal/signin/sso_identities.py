@@ -28,8 +28,10 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
+from fairness.actions import account_origin
+from fairness.actions.audit import Actor, audit
+from fairness.actions.users import create_user
 from fairness.models import SsoIdentity
-from fairness.portal import account_origin, actions
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -79,7 +81,7 @@ def unique_username(base: str) -> str:
     raise AssertionError("unreachable")
 
 
-def user_for(actor: actions.Actor, claimed: Claimed) -> User:
+def user_for(actor: Actor, claimed: Claimed) -> User:
     """The user this provider account signs in as: its linked one, or one made for it now. Two
     first sign-ins at once meet the unique constraints, and the loser looks again."""
     for _ in range(3):
@@ -90,7 +92,7 @@ def user_for(actor: actions.Actor, claimed: Claimed) -> User:
     return _find_or_make(actor, claimed)
 
 
-def _find_or_make(actor: actions.Actor, claimed: Claimed) -> User:
+def _find_or_make(actor: Actor, claimed: Claimed) -> User:
     with transaction.atomic():
         identity = (SsoIdentity.objects.select_related("user")
                     .filter(issuer=claimed.issuer, subject=claimed.subject).first())
@@ -103,20 +105,20 @@ def _find_or_make(actor: actions.Actor, claimed: Claimed) -> User:
         return user
 
 
-def _adopt(actor: actions.Actor, claimed: Claimed) -> SsoIdentity | None:
+def _adopt(actor: Actor, claimed: Claimed) -> SsoIdentity | None:
     """An account the username-matching sign-in made, before identities were kept."""
     user = get_user_model().objects.filter(username=claimed.username).first()
     if user is None or user.sso_identities.exists() or not account_origin.made_by(user.get_username(), "oidc"):
         return None
     identity = SsoIdentity.objects.create(issuer=claimed.issuer, subject=claimed.subject, user=user, made_user=True)
-    actions.audit(actor, "user.sso_link", user.get_username(), how="made by SSO before identities",
+    audit(actor, "user.sso_link", user.get_username(), how="made by SSO before identities",
                   **claimed.describe())
     return identity
 
 
-def _make(actor: actions.Actor, claimed: Claimed) -> SsoIdentity:
+def _make(actor: Actor, claimed: Claimed) -> SsoIdentity:
     username = unique_username(username_from_claim(claimed.username))
-    user = actions.create_user(actor, username, claimed.email, False, None, **claimed.describe())
+    user = create_user(actor, username, claimed.email, False, None, **claimed.describe())
     return SsoIdentity.objects.create(issuer=claimed.issuer, subject=claimed.subject, user=user, made_user=True)
 
 
@@ -141,15 +143,15 @@ def link_refusal(actor: User | None, user: User, issuer: str, subject: str) -> s
     return ""
 
 
-def link(actor: actions.Actor, user: User, issuer: str, subject: str) -> SsoIdentity:
+def link(actor: Actor, user: User, issuer: str, subject: str) -> SsoIdentity:
     """Links an existing account to a provider's account; raises PermissionDenied, audited, when
     link_refusal() says no. The account keeps its e-mail address: the provider did not make it."""
     reason = link_refusal(actor.user, user, issuer, subject)
     if reason:
-        actions.audit(actor, "user.sso_link.refused", user.get_username(), reason=reason, issuer=issuer[:ISSUER_MAX],
+        audit(actor, "user.sso_link.refused", user.get_username(), reason=reason, issuer=issuer[:ISSUER_MAX],
                       subject=subject[:SUBJECT_MAX])
         raise PermissionDenied(reason)
     with transaction.atomic():
         identity = SsoIdentity.objects.create(issuer=issuer, subject=subject, user=user, made_user=False)
-        actions.audit(actor, "user.sso_link", user.get_username(), how="linked", issuer=issuer, subject=subject)
+        audit(actor, "user.sso_link", user.get_username(), how="linked", issuer=issuer, subject=subject)
     return identity

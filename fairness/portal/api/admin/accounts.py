@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
+from fairness.actions import accounts
 from fairness.models import Account, Membership
-from fairness.portal import accounts
 from fairness.portal.api.admin.api import AdminTokenAuth, Input, ModelName, StaffSession, actor, invalid
 from fairness.portal.reports import fair_share as fair_share_report
 from fairness.portal.signed_in import AdminApiRequest

@@ -21,12 +21,18 @@ from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import field_validator
 
+from fairness.actions import users as user_actions
+from fairness.actions.alerts import acknowledge
+from fairness.actions.audit import Actor
+from fairness.actions.front_end_keys import FrontEnd, changed, requested
+from fairness.actions.keys import issue, revoke, rotate, set_front_end
+from fairness.actions.replicas import save_replica, set_replica_state
+from fairness.actions.tiers import save_tier
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.front_end_secrets import MAX_SECRET_CHARS
 from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
-from fairness.portal import actions, submit_once
+from fairness.portal import submit_once
 from fairness.portal.client_address import client_address
-from fairness.portal.front_end_keys import FrontEnd, changed, requested
 from fairness.portal.reports.queries import KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 
@@ -59,8 +65,8 @@ class AdminTokenAuth(HttpBearer):
 router = Router(tags=["admin"], auth=[AdminTokenAuth(), StaffSession()])
 
 
-def actor(request: AdminApiRequest) -> actions.Actor:
-    return actions.Actor(request.auth, client_address(request))
+def actor(request: AdminApiRequest) -> Actor:
+    return Actor(request.auth, client_address(request))
 
 
 def invalid(exc: ValidationError) -> HttpError:
@@ -178,7 +184,7 @@ def issue_key(request: AdminApiRequest, data: KeyIn) -> Status[IssuedKey]:
     front_end = checked_front_end(lambda: requested(data.front_end, data.front_end_jwt_secret,
                                                     data.front_end_trusts_plain_headers, data.front_end_adds_people))
     with idempotent(request) as record:
-        key, secret = actions.issue(actor(request), owner, tier, data.label, expires, membership, front_end)
+        key, secret = issue(actor(request), owner, tier, data.label, expires, membership, front_end)
         record(key.prefix)
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
 
@@ -209,12 +215,12 @@ def update_key(request: AdminApiRequest, prefix: str, data: KeyPatch) -> KeyOut:
         raise HttpError(409, "This key is revoked; issue a new one instead.")
     front_end = checked_front_end(lambda: changed(FrontEnd.of(key), data.front_end, data.front_end_jwt_secret,
                                                   data.front_end_trusts_plain_headers, data.front_end_adds_people))
-    return key_out(actions.set_front_end(actor(request), key, front_end))
+    return key_out(set_front_end(actor(request), key, front_end))
 
 
 @router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")
 def revoke_key(request: AdminApiRequest, prefix: str) -> KeyOut:
-    return key_out(actions.revoke(actor(request), get_object_or_404(ApiKey, prefix=prefix)))
+    return key_out(revoke(actor(request), get_object_or_404(ApiKey, prefix=prefix)))
 
 
 @router.post("/keys/{prefix}/rotate", response=IssuedKey, summary="A new secret; the old one ends after the grace",
@@ -224,7 +230,7 @@ def rotate_key(request: AdminApiRequest, prefix: str, data: RotateIn) -> IssuedK
     with idempotent(request) as record:  # first: a retried rotation without grace finds its key revoked
         if old.revoked_at is not None:
             raise HttpError(409, "This key is revoked; issue a new one instead.")
-        new, secret = actions.rotate(actor(request), old, data.grace_seconds)
+        new, secret = rotate(actor(request), old, data.grace_seconds)
         record(new.prefix)
     return IssuedKey(key=key_out(new), secret=secret)
 
@@ -264,7 +270,7 @@ def list_users(request: AdminApiRequest) -> list[UserOut]:
 def create_user(request: AdminApiRequest, data: UserIn) -> Status[UserOut]:
     if User.objects.filter(username__iexact=data.username).exists():
         raise HttpError(409, f"username: {data.username!r} is taken")
-    user = actions.create_user(actor(request), data.username, data.email, data.is_staff, data.password)
+    user = user_actions.create_user(actor(request), data.username, data.email, data.is_staff, data.password)
     return Status(201, user_out(user))
 
 
@@ -274,7 +280,7 @@ def set_user_tier(request: AdminApiRequest, username: str, data: UserTierIn) -> 
     tier = Tier.objects.filter(name=data.tier).first()
     if tier is None:
         raise HttpError(422, f"tier: no tier named {data.tier!r}")
-    actions.set_user_tier(actor(request), user, tier)
+    user_actions.set_user_tier(actor(request), user, tier)
     return user_out(user)
 
 
@@ -331,7 +337,7 @@ def validated_tier_save(request: AdminApiRequest, tier: Tier, changed: dict[str,
         tier.full_clean()
     except ValidationError as exc:
         raise invalid(exc) from None
-    return actions.save_tier(actor(request), tier, changed)
+    return save_tier(actor(request), tier, changed)
 
 
 @router.get("/tiers", response=list[TierSchema])
@@ -408,7 +414,7 @@ def add_replica(request: AdminApiRequest, data: ReplicaIn) -> Status[ReplicaOut]
     replica = Replica(**fields)
     try:
         replica.full_clean()
-        actions.save_replica(actor(request), replica, fields, tiers)  # refuses overlapping deployments
+        save_replica(actor(request), replica, fields, tiers)  # refuses overlapping deployments
     except ValidationError as exc:
         raise invalid(exc) from None
     return Status(201, replica_out(replica))
@@ -418,7 +424,7 @@ def add_replica(request: AdminApiRequest, data: ReplicaIn) -> Status[ReplicaOut]
 def replica_state(request: AdminApiRequest, name: str, state: Literal["enable", "disable", "drain"]) -> ReplicaOut:
     replica = get_object_or_404(Replica, name=name)
     try:
-        return replica_out(actions.set_replica_state(actor(request), replica, state))
+        return replica_out(set_replica_state(actor(request), replica, state))
     except ValidationError as exc:
         raise HttpError(409, " ".join(exc.messages)) from None
 
@@ -442,7 +448,7 @@ def list_alerts(request: AdminApiRequest) -> list[SaturationAlert]:
 
 @router.post("/alerts/{alert_id}/acknowledge", response=AlertOut)
 def acknowledge_alert(request: AdminApiRequest, alert_id: int) -> SaturationAlert:
-    return actions.acknowledge(actor(request), get_object_or_404(SaturationAlert, pk=alert_id))
+    return acknowledge(actor(request), get_object_or_404(SaturationAlert, pk=alert_id))
 
 
 class AuditOut(Schema):

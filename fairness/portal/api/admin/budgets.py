@@ -12,8 +12,8 @@ from django.utils import timezone
 from ninja import Field, Router, Schema, Status
 from pydantic import model_validator
 
+from fairness.actions import budgets
 from fairness.models import Budget
-from fairness.portal import budgets
 from fairness.portal.api.admin.api import AdminTokenAuth, Input, StaffSession, actor, invalid
 from fairness.portal.reports.budgets import BudgetLine, all_lines
 from fairness.portal.signed_in import AdminApiRequest

@@ -1,6 +1,6 @@
 """A researcher's own keys, /me/keys/: list, make, rotate and revoke them.
 
-The rules (which tier, how many, how long) are fairness.portal.self_service's; these views check
+The rules (which tier, how many, how long) are fairness.actions.self_service's; these views check
 that a key is the signed-in person's own (anyone else's is a 404, so prefixes do not leak),
 gather a form and render. As on the staff pages, a secret is rendered into exactly one response,
 never cached (pages/common.py: secret_page), and goes nowhere else.
@@ -19,8 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
+from fairness.actions import self_service
+from fairness.actions.audit import Actor
 from fairness.models import ApiKey
-from fairness.portal import actions, self_service, submit_once
+from fairness.portal import submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import OwnKeyForm, RotateKeyForm
 from fairness.portal.pages.common import already_done, secret_page
@@ -31,8 +33,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_keys_for_user(user: User) -> QuerySet[ApiKey]:

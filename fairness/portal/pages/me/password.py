@@ -7,7 +7,8 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpResponse, HttpResponseRedirect
 from django.urls import reverse_lazy
 
-from fairness.portal import actions
+from fairness.actions.audit import Actor
+from fairness.actions.users import change_own_password
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import PasswordChangeForm
 
@@ -22,7 +23,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     def form_valid(self, form: PasswordChangeForm) -> HttpResponse:
         user = self.request.user
-        actions.change_own_password(actions.Actor(user, client_address(self.request)), user,  # type: ignore[arg-type]
+        change_own_password(Actor(user, client_address(self.request)), user,  # type: ignore[arg-type]
                                     form.cleaned_data["new_password1"])
         update_session_auth_hash(self.request, user)  # type: ignore[arg-type]  # stay signed in here
         return HttpResponseRedirect(self.get_success_url())

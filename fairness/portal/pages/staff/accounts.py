@@ -1,7 +1,7 @@
 """Staff pages for the fair-share tree: accounts and their members with each one's share, its
 part of recent usage and its factor F (fair_share_report.rows, sshare's table); adding an
 account, changing one's shares, adding a member. Every change goes through
-fairness.portal.accounts, which audits it."""
+fairness.actions.accounts, which audits it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
+from fairness.actions import accounts as account_actions
+from fairness.actions.audit import Actor
 from fairness.models import Account
-from fairness.portal import accounts as account_actions
-from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import AccountForm, AccountSharesForm, MemberForm
 from fairness.portal.pages.common import staff_required
@@ -78,8 +78,8 @@ def tree_lines(table: list[Row]) -> list[Line]:
     return out
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_account_for_user(user: User, name: str) -> Account:

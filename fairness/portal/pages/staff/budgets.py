@@ -1,7 +1,7 @@
 """The staff budgets page: every budget and raise with its used and reserved tokens drawn against
 its limit beside the part of its period gone by (a usage bar ahead of the time bar will run out
 before the reset), a form to set one and a button to remove one. Every change goes through
-fairness.portal.budgets, which audits it."""
+fairness.actions.budgets, which audits it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
+from fairness.actions import budgets
+from fairness.actions.audit import Actor
 from fairness.models import Budget
-from fairness.portal import actions, budgets
 from fairness.portal.client_address import client_address
 from fairness.portal.pages.common import staff_required
 from fairness.portal.reports.budgets import all_lines, until_words
@@ -44,8 +45,8 @@ class BudgetForm(forms.Form):
                                       "replacing the standing budget of the period until then.")
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_budget_for_user(user: User, budget_id: int) -> Budget:

@@ -2,7 +2,7 @@
 front end. (Tiers, alerts and the audit log, users, replicas and the staff home have modules of
 their own.)
 
-Every change goes through fairness.portal.actions, which writes the audit log; these views only
+Every change goes through fairness.actions, which writes the audit log; these views only
 check access, gather a form and render. A key's secret is rendered into exactly one response
 (issue or rotate) and goes nowhere else: not a URL, a redirect, the session, a message or a log.
 """
@@ -20,11 +20,12 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_safe
 
+from fairness.actions.front_end_keys import KINDS
+from fairness.actions.keys import issue, revoke, rotate, set_front_end
 from fairness.models import ApiKey, Tier
-from fairness.portal import actions, submit_once
+from fairness.portal import submit_once
 from fairness.portal.forms import IssueKeyForm, RotateKeyForm
 from fairness.portal.front_end_forms import FrontEndForm
-from fairness.portal.front_end_keys import KINDS
 from fairness.portal.pages.common import already_done, secret_page, staff_actor, staff_only, staff_required
 from fairness.portal.reports.queries import (
     DEFAULT_KEY_SORT,
@@ -128,7 +129,7 @@ def issue_key(request: SignedInRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             with submit_once.first_submission(data["once"]) as record:
-                key, secret = actions.issue(staff_actor(request), data["owner"], data["tier"], data["label"],
+                key, secret = issue(staff_actor(request), data["owner"], data["tier"], data["label"],
                                             form.expires_at(), data.get("membership"), data["front_end"])
                 record(key.prefix)
         except submit_once.Repeated as repeated:
@@ -144,7 +145,7 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.info(request, f"{key.prefix}… was already revoked.")
         return redirect("staff-keys")
     if request.method == "POST":
-        actions.revoke(staff_actor(request), key)
+        revoke(staff_actor(request), key)
         messages.success(request, f"Revoked {key.prefix}… of {key.owner}. Every gateway refuses it within a second.")
         return redirect("staff-keys")
     return render(request, "staff/key_revoke.html", {"key": key})
@@ -162,7 +163,7 @@ def front_end_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     form = FrontEndForm(request.POST or None, key=key)
     if request.method == "POST" and form.is_valid():
         front_end = form.cleaned_data["front_end"]
-        actions.set_front_end(staff_actor(request), key, front_end)
+        set_front_end(staff_actor(request), key, front_end)
         said = f"speaks for {KINDS[front_end.kind]}" if front_end.kind else "speaks for its owner only"
         messages.success(request, f"Saved: {key.prefix}… {said}. Every gateway follows within a second.")
         return redirect("staff-keys")
@@ -200,7 +201,7 @@ def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
             with submit_once.first_submission(form.cleaned_data["once"]) as record:
                 if _in_grace(key):  # checked after the repeat check: a reload is told what it made
                     raise AlreadyRotated
-                new, secret = actions.rotate(staff_actor(request), key, form.cleaned_data["grace_seconds"])
+                new, secret = rotate(staff_actor(request), key, form.cleaned_data["grace_seconds"])
                 record(new.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)

@@ -1,6 +1,6 @@
 """Staff pages for replicas: the list, add (with a probe), edit, delete, and the state buttons
 (enable, drain, stop draining, disable after a confirmation). Every change goes through
-fairness.portal.actions, which writes the audit log."""
+fairness.actions, which writes the audit log."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
+from fairness.actions import replicas as replica_actions
+from fairness.actions.audit import Actor
+from fairness.actions.replicas import save_replica, set_replica_state
 from fairness.models import Replica
-from fairness.portal import actions, replica_probe
+from fairness.portal import replica_probe
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaPageForm as ReplicaForm
 from fairness.portal.pages.common import staff_required
@@ -31,8 +34,8 @@ REPLICA_STATES = ("enable", "disable", "drain")
 PROBED_FIELDS = ("base_url", "model", "api_key")
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_replica_for_user(user: User, name: str) -> Replica:
@@ -60,7 +63,7 @@ def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpR
     """Saves the form's replica and says what happened; None when the save was refused."""
     before = {name: form.initial.get(name) for name in PROBED_FIELDS}  # the instance has the new values
     try:
-        replica = actions.save_replica(_actor(request), form.instance, form.changes(), form.cleaned_data["tiers"])
+        replica = save_replica(_actor(request), form.instance, form.changes(), form.cleaned_data["tiers"])
     except ValidationError as exc:  # another change made the deployments overlap since clean()
         form.add_error(None, exc)
         return None
@@ -99,7 +102,7 @@ def edit_replica(request: SignedInRequest, name: str) -> HttpResponse:
 def delete_replica(request: SignedInRequest, name: str) -> HttpResponse:
     replica = _get_replica_for_user(request.user, name)
     if request.method == "POST":
-        actions.delete_replica(_actor(request), replica)
+        replica_actions.delete_replica(_actor(request), replica)
         messages.success(request, f"Deleted replica {name}. The gateways stop routing to it within a second.")
         return redirect("staff-replicas")
     return render(request, "staff/replica_delete.html", {"replica": replica})
@@ -117,7 +120,7 @@ def replica_state(request: SignedInRequest, name: str, state: str) -> HttpRespon
         return HttpResponse(status=405, headers={"Allow": "GET, POST" if state == "disable" else "POST"})
     was_draining = replica.enabled and replica.draining
     try:
-        actions.set_replica_state(_actor(request), replica, state)
+        set_replica_state(_actor(request), replica, state)
     except ValidationError as exc:
         messages.error(request, f"{replica} stays disabled: {' '.join(exc.messages)}")
         return redirect("staff-replicas")

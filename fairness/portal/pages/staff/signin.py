@@ -14,8 +14,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
-from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.pages.common import staff_required
 from fairness.portal.signed_in import SignedInRequest
@@ -35,8 +35,8 @@ class MappingForm(forms.Form):
         super().__init__(*args, **kwargs)
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 @staff_required

@@ -1,6 +1,6 @@
 """The staff storage page: what each person's batch files hold against their quota, and a button
 to free one person's space at once (their ended batches and the files no unfinished batch
-needs), through actions.free_storage, which audits it. Staff see names and sizes, never content.
+needs), through free_storage, which audits it. Staff see names and sizes, never content.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.views.decorators.http import require_safe
 
+from fairness.actions.audit import Actor
+from fairness.actions.batches import free_storage
 from fairness.batch import retention
 from fairness.models import Batch, BatchFile
-from fairness.portal import actions
 from fairness.portal.client_address import client_address
 from fairness.portal.pages.common import staff_required
 from fairness.portal.signed_in import SignedInRequest
@@ -75,7 +76,7 @@ def free(request: SignedInRequest, username: str) -> HttpResponse:
     """The confirmation, naming what would go, on GET; the deletion on POST."""
     owner = _get_person_for_staff(username)
     if request.method == "POST":
-        freed = actions.free_storage(actions.Actor(request.user, client_address(request)), owner)
+        freed = free_storage(Actor(request.user, client_address(request)), owner)
         messages.success(request, f"Freed {filesizeformat(freed.bytes)} of {username}'s: {freed.files} files and "
                                   f"{freed.batches} ended batches deleted.")
         return redirect("staff-storage")

@@ -1,5 +1,5 @@
 """Staff pages for tiers: the list, with each one's policy in words, and the form that makes or
-changes one (through fairness.portal.actions, audited)."""
+changes one (through fairness.actions, audited)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
+from fairness.actions.tiers import save_tier
 from fairness.models import Tier
-from fairness.portal import actions
 from fairness.portal.forms import TierForm
 from fairness.portal.pages.common import staff_actor, staff_only, staff_required
 from fairness.portal.reports.tier_policy import in_words
@@ -41,7 +41,7 @@ def edit_tier(request: SignedInRequest, name: str | None = None) -> HttpResponse
     form = TierForm(request.POST or None, instance=tier)
     if request.method == "POST" and form.is_valid():
         creating = tier.pk is None
-        actions.save_tier(staff_actor(request), form.instance, form.changes())
+        save_tier(staff_actor(request), form.instance, form.changes())
         messages.success(request, f"{'Created' if creating else 'Saved'} tier {form.instance}.")
         return redirect("staff-tiers")
     return render(request, "staff/tier_form.html", {"form": form, "tier": tier})

@@ -1,7 +1,7 @@
 """Staff pages for admin tokens: the credentials scripts use for the admin JSON API.
 
 A token acts as its owner with all their powers, so staff issue tokens for themselves and only a
-superuser for someone else (actions.issue_admin_token holds the rule; the form offers no more).
+superuser for someone else (issue_admin_token holds the rule; the form offers no more).
 Like a key's, a token's secret is rendered into exactly one response and goes nowhere else.
 """
 
@@ -17,8 +17,10 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_safe
 
+from fairness.actions.audit import Actor
+from fairness.actions.tokens import issue_admin_token, revoke_admin_token
 from fairness.models import AdminToken
-from fairness.portal import actions, submit_once
+from fairness.portal import submit_once
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import IssueAdminTokenForm
 from fairness.portal.pages.common import already_done, secret_page, staff_required
@@ -28,8 +30,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_token_for_user(user: User, prefix: str) -> AdminToken:
@@ -61,7 +63,7 @@ def issue_token(request: SignedInRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             with submit_once.first_submission(data["once"]) as record:
-                token, secret = actions.issue_admin_token(_actor(request), data["owner"], data["label"],
+                token, secret = issue_admin_token(_actor(request), data["owner"], data["label"],
                                                           form.expires_at())
                 record(token.prefix)
         except submit_once.Repeated as repeated:
@@ -80,7 +82,7 @@ def revoke_token(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.info(request, f"{token.prefix}… was already revoked.")
         return redirect("staff-tokens")
     if request.method == "POST":
-        actions.revoke_admin_token(_actor(request), token)
+        revoke_admin_token(_actor(request), token)
         messages.success(request, f"Revoked admin token {token.prefix}… of {token.owner}. Its next request is refused.")
         return redirect("staff-tokens")
     return render(request, "staff/token_revoke.html", {"token": token})

@@ -1,6 +1,6 @@
 """Staff pages for users: the list (with their keys and usage), creating one, a first password,
 moving their keys between tiers, deactivating and reactivating. Every change goes through
-fairness.portal.actions, which writes the audit log and holds the rules on who may."""
+fairness.actions, which writes the audit log and holds the rules on who may."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
 
+from fairness.actions import account_origin
+from fairness.actions import users as user_actions
+from fairness.actions.audit import Actor
+from fairness.actions.users import activation_refusal, password_refusal, refuse_password, set_password
 from fairness.models import ApiKey, Tier
-from fairness.portal import account_origin, actions
 from fairness.portal.client_address import client_address
 from fairness.portal.forms import CreateUserForm, SetPasswordForm, UserTierForm
 from fairness.portal.pages.common import staff_required
@@ -27,8 +30,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def _actor(request: SignedInRequest) -> actions.Actor:
-    return actions.Actor(request.user, client_address(request))
+def _actor(request: SignedInRequest) -> Actor:
+    return Actor(request.user, client_address(request))
 
 
 def _get_member_for_user(user: User, username: str) -> User:
@@ -52,10 +55,10 @@ def users(request: SignedInRequest) -> HttpResponse:
     elsewhere = account_origin.elsewhere_for(person for person, _, _ in rows)
     return render(request, "staff/users.html", {
         "rows": rows, "tiers": Tier.objects.all(),
-        "may_switch": {person.pk for person, _, _ in rows if not actions.activation_refusal(request.user, person)},
+        "may_switch": {person.pk for person, _, _ in rows if not activation_refusal(request.user, person)},
         # Only the links this staff member may follow (the page itself refuses the rest).
         "may_set_password": {person.pk for person, _, _ in rows
-                             if not actions.password_refusal(request.user, person, elsewhere.get(person.pk, ""))},
+                             if not password_refusal(request.user, person, elsewhere.get(person.pk, ""))},
     })
 
 
@@ -65,7 +68,7 @@ def set_user_active(request: SignedInRequest, username: str, active: bool) -> Ht
     """Deactivate or reactivate in one step: their keys stop (or work again) within a second."""
     person = _get_member_for_user(request.user, username)
     try:
-        actions.set_user_active(_actor(request), person, active)
+        user_actions.set_user_active(_actor(request), person, active)
     except PermissionDenied as refused:
         messages.error(request, str(refused))
         return redirect("staff-users")
@@ -83,13 +86,13 @@ def create_user(request: SignedInRequest) -> HttpResponse:
     form = CreateUserForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        person = actions.create_user(
+        person = user_actions.create_user(
             _actor(request), data["username"], data["email"], data["is_staff"], form.password()
         )
         if person.has_usable_password():
             messages.success(request, f"Created {person}.")
             return redirect("staff-users")
-        if actions.password_refusal(request.user, person):  # staff: a superuser sets theirs
+        if password_refusal(request.user, person):  # staff: a superuser sets theirs
             messages.success(request, f"Created {person}. A superuser must set their password.")
             return redirect("staff-users")
         messages.success(request, f"Created {person}. Set a password so they can sign in.")
@@ -100,17 +103,17 @@ def create_user(request: SignedInRequest) -> HttpResponse:
 @staff_required
 @sensitive_post_parameters("new_password1", "new_password2")
 def set_user_password(request: SignedInRequest, username: str) -> HttpResponse:
-    """A first password for a researcher; anything more is a superuser's (actions.password_refusal)."""
+    """A first password for a researcher; anything more is a superuser's (password_refusal)."""
     person = _get_member_for_user(request.user, username)
-    reason = actions.password_refusal(request.user, person)
+    reason = password_refusal(request.user, person)
     try:
         if reason and request.method == "POST":
-            actions.refuse_password(_actor(request), person, reason)  # a refused attempt is audited
+            refuse_password(_actor(request), person, reason)  # a refused attempt is audited
         if reason:
             raise PermissionDenied(reason)
         form = SetPasswordForm(person, request.POST or None)
         if request.method == "POST" and form.is_valid():
-            actions.set_password(_actor(request), person, form.cleaned_data["new_password1"])  # checks again
+            set_password(_actor(request), person, form.cleaned_data["new_password1"])  # checks again
             messages.success(request, f"Set the password of {person}.")
             return redirect("staff-users")
     except PermissionDenied as refused:
@@ -127,6 +130,6 @@ def set_user_tier(request: SignedInRequest, username: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose one of the tiers.")
     else:
-        moved = actions.set_user_tier(_actor(request), person, form.cleaned_data["tier"])
+        moved = user_actions.set_user_tier(_actor(request), person, form.cleaned_data["tier"])
         messages.success(request, f"Moved {moved} live key(s) of {person} to {form.cleaned_data['tier']}.")
     return redirect("staff-users")

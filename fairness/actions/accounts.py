@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fairness.actions.audit import Actor, audit
 from fairness.models import Account, ApiKey, Membership
-from fairness.portal.actions import Actor, audit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

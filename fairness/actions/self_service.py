@@ -1,7 +1,7 @@
 """Researchers' own keys: the rules of /me/keys/, checked here once for the page and any caller.
 
 - **Which tier.** The tier of their most recent live key: staff move all of a user's live keys
-  at once (actions.set_user_tier), so that is the tier their keys use. With no live key, the
+  at once (set_user_tier), so that is the tier their keys use. With no live key, the
   tier a sign-in group mapping gives one of their accounts, their default account first. With
   neither, staff issue their first key.
 - **Whether at all.** Only on a tier with `self_service_keys` on; a key of a tier with it off is
@@ -12,7 +12,7 @@
 - **How long.** No longer than the tier's `max_key_days` (no limit when empty); a rotated key
   keeps its expiry, shortened to that limit.
 
-Every change still goes through fairness.portal.actions, which audits it and records the user as
+Every change still goes through fairness.actions, which audits it and records the user as
 the key's `created_by`.
 """
 
@@ -27,8 +27,9 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from fairness.actions.audit import Actor
+from fairness.actions.keys import issue, revoke, rotate
 from fairness.models import ApiKey, GroupMapping, Membership, Tier
-from fairness.portal import actions
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -97,7 +98,7 @@ def _locked(user: User) -> User:
 
 
 @transaction.atomic
-def issue_own(actor: actions.Actor, label: str, days: int | None, membership: Membership | None = None,
+def issue_own(actor: Actor, label: str, days: int | None, membership: Membership | None = None,
               now: dt.datetime | None = None) -> tuple[ApiKey, str]:
     """A key for the actor themselves. Raises Refused; `membership` None: their default account."""
     assert actor.user is not None, "a researcher's own action has a signed-in user"
@@ -113,11 +114,11 @@ def issue_own(actor: actions.Actor, label: str, days: int | None, membership: Me
     if tier.max_key_days and (days is None or days > tier.max_key_days):
         raise Refused(f"Keys of tier {tier.name} live at most {tier.max_key_days} days.")
     expires_at = now + dt.timedelta(days=days) if days else None
-    return actions.issue(actor, user, tier, label, expires_at, membership)
+    return issue(actor, user, tier, label, expires_at, membership)
 
 
 @transaction.atomic
-def rotate_own(actor: actions.Actor, key: ApiKey, grace_seconds: int = 0,
+def rotate_own(actor: Actor, key: ApiKey, grace_seconds: int = 0,
                now: dt.datetime | None = None) -> tuple[ApiKey, str]:
     """A new secret for one of the actor's own live keys. Raises Refused."""
     assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
@@ -131,11 +132,11 @@ def rotate_own(actor: actions.Actor, key: ApiKey, grace_seconds: int = 0,
     if grace_seconds > 0 and live_keys(user, now).count() >= max_keys():
         raise Refused(f"You have {max_keys()} live keys, the most anyone may hold, and a grace period keeps the "
                       "old one live beside the new: rotate it at once, or revoke a key first.")
-    return actions.rotate(actor, key, grace_seconds, latest_expiry=longest_expiry(key.tier, now))
+    return rotate(actor, key, grace_seconds, latest_expiry=longest_expiry(key.tier, now))
 
 
 @transaction.atomic
-def revoke_own(actor: actions.Actor, key: ApiKey) -> ApiKey:
+def revoke_own(actor: Actor, key: ApiKey) -> ApiKey:
     """Revokes one of the actor's own keys, whatever its tier (see the module's rules)."""
     assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
-    return actions.revoke(actor, key)
+    return revoke(actor, key)

@@ -22,8 +22,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fairness.actions.audit import Actor, audit
 from fairness.models import Account, ApiKey, Budget, Membership
-from fairness.portal.actions import Actor, audit
 from fairness.telemetry import budget_status
 
 if TYPE_CHECKING:

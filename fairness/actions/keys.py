@@ -1,0 +1,129 @@
+"""API keys: minting (the secret is returned once and only its hash is stored), and staff's audited
+issuing, front ends, revoking and rotating."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from fairness.actions.audit import Actor, audit
+from fairness.actions.default_membership import default_membership
+from fairness.actions.front_end_keys import NONE, FrontEnd
+from fairness.gateway.api_keys import SECRET_PREFIX, VISIBLE_CHARS, hash_secret
+from fairness.models import ApiKey, Membership, Tier
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+def mint_secret() -> str:
+    # 32 random bytes: the hash needs no salt or stretching at this entropy.
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def issue_key(
+    owner: User,
+    tier: Tier,
+    *,
+    label: str = "",
+    expires_at: dt.datetime | None = None,
+    membership: Membership | None = None,
+    created_by: User | None = None,
+    front_end: FrontEnd = NONE,
+) -> tuple[ApiKey, str]:
+    """Create a key; the secret is returned once and never stored. It charges `membership`
+    (the owner's association with an account), by default the owner's default one. `created_by`:
+    who made it (staff, or the owner on their own page); None for a command. `front_end`: the
+    front end it speaks for, already checked (front_end_keys.requested)."""
+    if membership is None:
+        membership = default_membership(owner)
+    elif membership.user_id != owner.pk:
+        raise ValueError("a key charges one of its owner's own associations")
+    for _ in range(5):
+        secret = mint_secret()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    owner=owner,
+                    tier=tier,
+                    label=label,
+                    prefix=secret[:VISIBLE_CHARS],
+                    secret_hash=hash_secret(secret),
+                    expires_at=expires_at,
+                    membership=membership,
+                    created_by=created_by,
+                    **front_end.fields(),
+                )
+            return key, secret
+        except IntegrityError:  # a prefix collision: vanishingly rare, try another secret
+            continue
+    raise RuntimeError("could not mint a unique key prefix")
+
+
+def expiry_in_days(days: int | None) -> dt.datetime | None:
+    return timezone.now() + dt.timedelta(days=days) if days else None
+
+
+@transaction.atomic
+def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
+          expires_at: dt.datetime | None = None, membership: Membership | None = None,
+          front_end: FrontEnd = NONE) -> tuple[ApiKey, str]:
+    """Raises ValidationError for a deactivated owner (every gateway refuses their keys anyway)
+    or an association that is not the owner's. No `membership`: the owner's default account."""
+    if not owner.is_active:
+        raise ValidationError({"owner": f"{owner.get_username()} is deactivated: keys are for active users only."})
+    if membership is not None and membership.user_id != owner.pk:
+        raise ValidationError({"account": f"{owner.get_username()} is not a member of {membership.account}."})
+    key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership,
+                            created_by=actor.user, front_end=front_end)
+    audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
+          account=key.membership.account.name if key.membership else None,
+          expires_at=expires_at.isoformat() if expires_at else None,
+          **(front_end.audit_detail() if front_end.kind else {}))
+    return key, secret
+
+
+@transaction.atomic
+def set_front_end(actor: Actor, key: ApiKey, front_end: FrontEnd) -> ApiKey:
+    """Saving the key bumps the config epoch (signals.py): every gateway reloads it at once."""
+    before = FrontEnd.of(key)
+    for field, value in front_end.fields().items():
+        setattr(key, field, value)
+    key.save(update_fields=list(front_end.fields()))
+    audit(actor, "key.front_end", key.prefix, owner=key.owner.get_username(), **front_end.audit_detail(),
+          secret_replaced=bool(front_end.sealed_secret) and front_end.sealed_secret != before.sealed_secret)
+    return key
+
+
+@transaction.atomic
+def revoke(actor: Actor, key: ApiKey) -> ApiKey:
+    key.revoke()
+    audit(actor, "key.revoke", key.prefix, owner=key.owner.get_username())
+    return key
+
+
+@transaction.atomic
+def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0,
+           latest_expiry: dt.datetime | None = None) -> tuple[ApiKey, str]:
+    """A new secret for the same owner, tier and label; the old one stops after the grace. The
+    new key keeps the old one's expiry, or `latest_expiry` when that is sooner (a researcher's
+    own rotation stays within their tier's longest key life)."""
+    expires_at = key.expires_at
+    if latest_expiry is not None and (expires_at is None or latest_expiry < expires_at):
+        expires_at = latest_expiry
+    # The new key speaks for the same front end: otherwise its people would all charge its owner.
+    new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=expires_at,
+                            membership=key.membership, created_by=actor.user, front_end=FrontEnd.of(key))
+    if grace_seconds > 0:
+        ends = timezone.now() + dt.timedelta(seconds=grace_seconds)
+        key.expires_at = min(ends, key.expires_at) if key.expires_at else ends
+        key.save(update_fields=["expires_at"])
+    else:
+        key.revoke()
+    audit(actor, "key.rotate", key.prefix, new=new.prefix, grace_seconds=grace_seconds)
+    return new, secret
