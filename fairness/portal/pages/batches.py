@@ -24,14 +24,12 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_safe
 
-from fairness.actions.audit import Actor
 from fairness.actions.batches import cancel_batch
 from fairness.batch.control import CANCELLABLE
 from fairness.batch.progress import Progress, progress_by_batch
 from fairness.batch.stored_content import StoredContent
 from fairness.models import Batch, BatchFile, BatchStatus
-from fairness.portal.client_address import client_address
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.signed_in import SignedInRequest
 from fairness.telemetry.queue_state import wait_in_words
 
@@ -118,17 +116,13 @@ def _listing(request: HttpRequest, batches: QuerySet[Batch], template: str) -> H
     return render(request, template, {"page": page, "rows": _rows(list(page.object_list), timezone.now())})
 
 
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
-
-
 def _cancel(request: SignedInRequest, batch: Batch, listing: str, whose: str) -> HttpResponse:
     """The confirmation on GET, the cancel on POST; a batch past cancelling is told so, not changed."""
     if batch.status not in CANCELLABLE:  # a second click, or a stale tab
         messages.info(request, f"{batch.public_id} is {_status_words(batch)}: nothing to cancel.")
         return redirect(listing)
     if request.method == "POST":
-        if cancel_batch(_actor(request), batch):
+        if cancel_batch(page_actor(request), batch):
             messages.success(request, f"Cancelling {batch.public_id}{whose}: requests still running stop, no more "
                                       "start, and what finished stays in its results.")
         else:  # it changed between the check above and now

@@ -1,5 +1,5 @@
-"""What every page package shares: the staff gate and its actor, and the one page that shows a
-secret and its answer to a form sent twice."""
+"""What every page package shares: the staff gate, the actor a page's change is audited as, and
+the one page that shows a secret with its answer to a form sent twice."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def already_done(request: HttpRequest, made: str, what: str, lost_secret: str, l
     return redirect(listing)
 
 
-def staff_actor(request: SignedInRequest) -> Actor:
-    """Who a staff page's change is audited as: the signed-in user, from their address."""
+def page_actor(request: SignedInRequest) -> Actor:
+    """Who a page's change is audited as: the signed-in user, from their address."""
     return Actor(request.user, client_address(request))
 
 

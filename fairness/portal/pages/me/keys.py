@@ -20,21 +20,15 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from fairness.actions import self_service
-from fairness.actions.audit import Actor
 from fairness.models import ApiKey
 from fairness.portal import submit_once
-from fairness.portal.client_address import client_address
 from fairness.portal.forms import OwnKeyForm, RotateKeyForm
-from fairness.portal.pages.common import already_done, secret_page
+from fairness.portal.pages.common import already_done, page_actor, secret_page
 from fairness.portal.reports.queries import key_load, key_rows, rotated_prefixes, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
 
 
 def _get_keys_for_user(user: User) -> QuerySet[ApiKey]:
@@ -76,7 +70,7 @@ def keys(request: SignedInRequest) -> HttpResponse:
             data = form.cleaned_data
             try:
                 with submit_once.first_submission(data["once"]) as record:
-                    key, secret = self_service.issue_own(_actor(request), data["label"], data.get("expires_days"),
+                    key, secret = self_service.issue_own(page_actor(request), data["label"], data.get("expires_days"),
                                                          data.get("account"))
                     record(key.prefix)
             except submit_once.Repeated as repeated:
@@ -112,7 +106,7 @@ def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
             with submit_once.first_submission(form.cleaned_data["once"]) as record:
                 if _in_grace(key):  # after the repeat check: a reload is told what it made
                     raise self_service.Refused(f"{key.prefix}… was rotated already; rotate its new key instead.")
-                new, secret = self_service.rotate_own(_actor(request), key, form.cleaned_data["grace_seconds"])
+                new, secret = self_service.rotate_own(page_actor(request), key, form.cleaned_data["grace_seconds"])
                 record(new.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)
@@ -131,7 +125,7 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.info(request, f"{key.prefix}… was already revoked.")
         return redirect("me-keys")
     if request.method == "POST":
-        self_service.revoke_own(_actor(request), key)
+        self_service.revoke_own(page_actor(request), key)
         messages.success(request, f"Revoked {key.prefix}…: every gateway refuses it within a second.")
         return redirect("me-keys")
     return render(request, "me/key_revoke.html", {"key": key})

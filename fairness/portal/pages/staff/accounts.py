@@ -16,11 +16,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
 from fairness.actions import accounts as account_actions
-from fairness.actions.audit import Actor
 from fairness.models import Account
-from fairness.portal.client_address import client_address
 from fairness.portal.forms import AccountForm, AccountSharesForm, MemberForm
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.budgets import all_lines
 from fairness.portal.reports.fair_share import Row, rows
 from fairness.portal.reports.fair_share_words import half_life_in_words
@@ -78,10 +76,6 @@ def tree_lines(table: list[Row]) -> list[Line]:
     return out
 
 
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
-
-
 def _get_account_for_user(user: User, name: str) -> Account:
     # Behind staff_required already; repeated so the helper is safe wherever it is called.
     if not (user.is_active and user.is_staff):
@@ -122,7 +116,7 @@ def add_account(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            account = account_actions.add_account(_actor(request), data["name"], data["parent"], data["shares"],
+            account = account_actions.add_account(page_actor(request), data["name"], data["parent"], data["shares"],
                                                   data["description"], data["allowed_models"])
         except ValidationError as refused:
             _refused(form, refused)
@@ -143,7 +137,7 @@ def change_shares(request: SignedInRequest, name: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         before = account.shares
         try:
-            account_actions.change_account(_actor(request), account, shares=form.cleaned_data["shares"],
+            account_actions.change_account(page_actor(request), account, shares=form.cleaned_data["shares"],
                                            allowed_models=form.cleaned_data["allowed_models"])
         except ValidationError as refused:
             _refused(form, refused)
@@ -166,7 +160,7 @@ def add_member(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            membership = account_actions.add_member(_actor(request), data["account"], data["user"],
+            membership = account_actions.add_member(page_actor(request), data["account"], data["user"],
                                                     default=data["default"], shares=data["shares"])
         except ValidationError as refused:
             _refused(form, refused)

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from fairness.actions.alerts import acknowledge
 from fairness.models import AuditEntry, SaturationAlert
-from fairness.portal.pages.common import staff_actor, staff_only, staff_required
+from fairness.portal.pages.common import page_actor, staff_only, staff_required
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def acknowledge_alert(request: SignedInRequest, alert_id: int) -> HttpResponse:
     if not alert.is_open:  # a stale tab: nobody needs to be on it any more
         messages.info(request, f"Resolved already, nothing to acknowledge: {alert}.")
         return redirect("staff-alerts")
-    acknowledge(staff_actor(request), alert)
+    acknowledge(page_actor(request), alert)
     messages.success(request, f"Acknowledged: {alert}.")
     return redirect("staff-alerts")
 

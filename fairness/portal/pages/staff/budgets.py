@@ -15,10 +15,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from fairness.actions import budgets
-from fairness.actions.audit import Actor
 from fairness.models import Budget
-from fairness.portal.client_address import client_address
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.budgets import all_lines, until_words
 from fairness.portal.signed_in import SignedInRequest
 
@@ -43,10 +41,6 @@ class BudgetForm(forms.Form):
     until = forms.DateField(label="Raise until", required=False, widget=forms.DateInput(attrs={"type": "date"}),
                             help_text="Empty for a standing budget; a date for a raise through that day, "
                                       "replacing the standing budget of the period until then.")
-
-
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
 
 
 def _get_budget_for_user(user: User, budget_id: int) -> Budget:
@@ -84,7 +78,7 @@ def set_budget(request: SignedInRequest) -> HttpResponse:
         try:
             holder = budgets.holder_of(data["holder_kind"], data["holder"], data["in_account"])
             until = budgets.end_of_day(data["until"]) if data["until"] else None
-            budget = budgets.set_budget(_actor(request), **holder, tokens=data["tokens"], period=data["period"],
+            budget = budgets.set_budget(page_actor(request), **holder, tokens=data["tokens"], period=data["period"],
                                         window_hours=data["window_hours"], until=until)
         except ValidationError as refused:
             _refused(form, refused)
@@ -101,6 +95,6 @@ def set_budget(request: SignedInRequest) -> HttpResponse:
 def remove_budget(request: SignedInRequest, budget_id: int) -> HttpResponse:
     budget = _get_budget_for_user(request.user, budget_id)
     words = str(budget)
-    budgets.remove_budget(_actor(request), budget)
+    budgets.remove_budget(page_actor(request), budget)
     messages.success(request, f"Removed the budget of {words}.")
     return redirect("staff-budgets")

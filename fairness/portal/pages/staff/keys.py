@@ -26,7 +26,7 @@ from fairness.models import ApiKey, Tier
 from fairness.portal import submit_once
 from fairness.portal.forms import IssueKeyForm, RotateKeyForm
 from fairness.portal.front_end_forms import FrontEndForm
-from fairness.portal.pages.common import already_done, secret_page, staff_actor, staff_only, staff_required
+from fairness.portal.pages.common import already_done, page_actor, secret_page, staff_only, staff_required
 from fairness.portal.reports.queries import (
     DEFAULT_KEY_SORT,
     KEY_SORTS,
@@ -129,7 +129,7 @@ def issue_key(request: SignedInRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             with submit_once.first_submission(data["once"]) as record:
-                key, secret = issue(staff_actor(request), data["owner"], data["tier"], data["label"],
+                key, secret = issue(page_actor(request), data["owner"], data["tier"], data["label"],
                                             form.expires_at(), data.get("membership"), data["front_end"])
                 record(key.prefix)
         except submit_once.Repeated as repeated:
@@ -145,7 +145,7 @@ def revoke_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.info(request, f"{key.prefix}… was already revoked.")
         return redirect("staff-keys")
     if request.method == "POST":
-        revoke(staff_actor(request), key)
+        revoke(page_actor(request), key)
         messages.success(request, f"Revoked {key.prefix}… of {key.owner}. Every gateway refuses it within a second.")
         return redirect("staff-keys")
     return render(request, "staff/key_revoke.html", {"key": key})
@@ -163,7 +163,7 @@ def front_end_key(request: SignedInRequest, prefix: str) -> HttpResponse:
     form = FrontEndForm(request.POST or None, key=key)
     if request.method == "POST" and form.is_valid():
         front_end = form.cleaned_data["front_end"]
-        set_front_end(staff_actor(request), key, front_end)
+        set_front_end(page_actor(request), key, front_end)
         said = f"speaks for {KINDS[front_end.kind]}" if front_end.kind else "speaks for its owner only"
         messages.success(request, f"Saved: {key.prefix}… {said}. Every gateway follows within a second.")
         return redirect("staff-keys")
@@ -201,7 +201,7 @@ def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
             with submit_once.first_submission(form.cleaned_data["once"]) as record:
                 if _in_grace(key):  # checked after the repeat check: a reload is told what it made
                     raise AlreadyRotated
-                new, secret = rotate(staff_actor(request), key, form.cleaned_data["grace_seconds"])
+                new, secret = rotate(page_actor(request), key, form.cleaned_data["grace_seconds"])
                 record(new.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)

@@ -15,13 +15,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
 from fairness.actions import replicas as replica_actions
-from fairness.actions.audit import Actor
 from fairness.actions.replicas import save_replica, set_replica_state
 from fairness.models import Replica
 from fairness.portal import replica_probe
-from fairness.portal.client_address import client_address
 from fairness.portal.forms import ReplicaPageForm as ReplicaForm
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.queries import last_samples
 from fairness.portal.signed_in import SignedInRequest
 from fairness.telemetry import polling
@@ -32,10 +30,6 @@ if TYPE_CHECKING:
 REPLICA_STATES = ("enable", "disable", "drain")
 # A change to any of these may make a replica that answered stop answering: probe again.
 PROBED_FIELDS = ("base_url", "model", "api_key")
-
-
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
 
 
 def _get_replica_for_user(user: User, name: str) -> Replica:
@@ -63,7 +57,7 @@ def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpR
     """Saves the form's replica and says what happened; None when the save was refused."""
     before = {name: form.initial.get(name) for name in PROBED_FIELDS}  # the instance has the new values
     try:
-        replica = save_replica(_actor(request), form.instance, form.changes(), form.cleaned_data["tiers"])
+        replica = save_replica(page_actor(request), form.instance, form.changes(), form.cleaned_data["tiers"])
     except ValidationError as exc:  # another change made the deployments overlap since clean()
         form.add_error(None, exc)
         return None
@@ -102,7 +96,7 @@ def edit_replica(request: SignedInRequest, name: str) -> HttpResponse:
 def delete_replica(request: SignedInRequest, name: str) -> HttpResponse:
     replica = _get_replica_for_user(request.user, name)
     if request.method == "POST":
-        replica_actions.delete_replica(_actor(request), replica)
+        replica_actions.delete_replica(page_actor(request), replica)
         messages.success(request, f"Deleted replica {name}. The gateways stop routing to it within a second.")
         return redirect("staff-replicas")
     return render(request, "staff/replica_delete.html", {"replica": replica})
@@ -120,7 +114,7 @@ def replica_state(request: SignedInRequest, name: str, state: str) -> HttpRespon
         return HttpResponse(status=405, headers={"Allow": "GET, POST" if state == "disable" else "POST"})
     was_draining = replica.enabled and replica.draining
     try:
-        set_replica_state(_actor(request), replica, state)
+        set_replica_state(page_actor(request), replica, state)
     except ValidationError as exc:
         messages.error(request, f"{replica} stays disabled: {' '.join(exc.messages)}")
         return redirect("staff-replicas")

@@ -14,10 +14,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
-from fairness.portal.client_address import client_address
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.signed_in import SignedInRequest
 from fairness.portal.signin import group_sync
 
@@ -35,17 +33,13 @@ class MappingForm(forms.Form):
         super().__init__(*args, **kwargs)
 
 
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
-
-
 @staff_required
 def sign_in(request: SignedInRequest) -> HttpResponse:
     form = MappingForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            mapping = group_sync.add_mapping(_actor(request), data["group"], data["account"], data["tier"])
+            mapping = group_sync.add_mapping(page_actor(request), data["group"], data["account"], data["tier"])
         except ValidationError as refused:
             for field, errors in refused.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
@@ -63,7 +57,7 @@ def sign_in(request: SignedInRequest) -> HttpResponse:
 @require_POST
 def remove_mapping(request: SignedInRequest, mapping_id: int) -> HttpResponse:
     mapping = get_object_or_404(GroupMapping.objects.select_related("account", "tier"), pk=mapping_id)
-    group_sync.remove_mapping(_actor(request), mapping)
+    group_sync.remove_mapping(page_actor(request), mapping)
     messages.success(request, f"{mapping.group} no longer maps to {mapping.account}. Its members keep their "
                               "membership, now in staff's hands.")
     return redirect("staff-sign-in")

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_safe
 from fairness.actions.tiers import save_tier
 from fairness.models import Tier
 from fairness.portal.forms import TierForm
-from fairness.portal.pages.common import staff_actor, staff_only, staff_required
+from fairness.portal.pages.common import page_actor, staff_only, staff_required
 from fairness.portal.reports.tier_policy import in_words
 from fairness.portal.signed_in import SignedInRequest
 
@@ -41,7 +41,7 @@ def edit_tier(request: SignedInRequest, name: str | None = None) -> HttpResponse
     form = TierForm(request.POST or None, instance=tier)
     if request.method == "POST" and form.is_valid():
         creating = tier.pk is None
-        save_tier(staff_actor(request), form.instance, form.changes())
+        save_tier(page_actor(request), form.instance, form.changes())
         messages.success(request, f"{'Created' if creating else 'Saved'} tier {form.instance}.")
         return redirect("staff-tiers")
     return render(request, "staff/tier_form.html", {"form": form, "tier": tier})

@@ -17,21 +17,15 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_safe
 
-from fairness.actions.audit import Actor
 from fairness.actions.tokens import issue_admin_token, revoke_admin_token
 from fairness.models import AdminToken
 from fairness.portal import submit_once
-from fairness.portal.client_address import client_address
 from fairness.portal.forms import IssueAdminTokenForm
-from fairness.portal.pages.common import already_done, secret_page, staff_required
+from fairness.portal.pages.common import already_done, page_actor, secret_page, staff_required
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
 
 
 def _get_token_for_user(user: User, prefix: str) -> AdminToken:
@@ -63,7 +57,7 @@ def issue_token(request: SignedInRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             with submit_once.first_submission(data["once"]) as record:
-                token, secret = issue_admin_token(_actor(request), data["owner"], data["label"],
+                token, secret = issue_admin_token(page_actor(request), data["owner"], data["label"],
                                                           form.expires_at())
                 record(token.prefix)
         except submit_once.Repeated as repeated:
@@ -82,7 +76,7 @@ def revoke_token(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.info(request, f"{token.prefix}… was already revoked.")
         return redirect("staff-tokens")
     if request.method == "POST":
-        revoke_admin_token(_actor(request), token)
+        revoke_admin_token(page_actor(request), token)
         messages.success(request, f"Revoked admin token {token.prefix}… of {token.owner}. Its next request is refused.")
         return redirect("staff-tokens")
     return render(request, "staff/token_revoke.html", {"token": token})

@@ -17,21 +17,15 @@ from django.views.decorators.http import require_POST, require_safe
 
 from fairness.actions import account_origin
 from fairness.actions import users as user_actions
-from fairness.actions.audit import Actor
 from fairness.actions.users import activation_refusal, password_refusal, refuse_password, set_password
 from fairness.models import ApiKey, Tier
-from fairness.portal.client_address import client_address
 from fairness.portal.forms import CreateUserForm, SetPasswordForm, UserTierForm
-from fairness.portal.pages.common import staff_required
+from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.queries import tokens_by_person
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-
-def _actor(request: SignedInRequest) -> Actor:
-    return Actor(request.user, client_address(request))
 
 
 def _get_member_for_user(user: User, username: str) -> User:
@@ -68,7 +62,7 @@ def set_user_active(request: SignedInRequest, username: str, active: bool) -> Ht
     """Deactivate or reactivate in one step: their keys stop (or work again) within a second."""
     person = _get_member_for_user(request.user, username)
     try:
-        user_actions.set_user_active(_actor(request), person, active)
+        user_actions.set_user_active(page_actor(request), person, active)
     except PermissionDenied as refused:
         messages.error(request, str(refused))
         return redirect("staff-users")
@@ -87,7 +81,7 @@ def create_user(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         person = user_actions.create_user(
-            _actor(request), data["username"], data["email"], data["is_staff"], form.password()
+            page_actor(request), data["username"], data["email"], data["is_staff"], form.password()
         )
         if person.has_usable_password():
             messages.success(request, f"Created {person}.")
@@ -108,12 +102,12 @@ def set_user_password(request: SignedInRequest, username: str) -> HttpResponse:
     reason = password_refusal(request.user, person)
     try:
         if reason and request.method == "POST":
-            refuse_password(_actor(request), person, reason)  # a refused attempt is audited
+            refuse_password(page_actor(request), person, reason)  # a refused attempt is audited
         if reason:
             raise PermissionDenied(reason)
         form = SetPasswordForm(person, request.POST or None)
         if request.method == "POST" and form.is_valid():
-            set_password(_actor(request), person, form.cleaned_data["new_password1"])  # checks again
+            set_password(page_actor(request), person, form.cleaned_data["new_password1"])  # checks again
             messages.success(request, f"Set the password of {person}.")
             return redirect("staff-users")
     except PermissionDenied as refused:
@@ -130,6 +124,6 @@ def set_user_tier(request: SignedInRequest, username: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Choose one of the tiers.")
     else:
-        moved = user_actions.set_user_tier(_actor(request), person, form.cleaned_data["tier"])
+        moved = user_actions.set_user_tier(page_actor(request), person, form.cleaned_data["tier"])
         messages.success(request, f"Moved {moved} live key(s) of {person} to {form.cleaned_data['tier']}.")
     return redirect("staff-users")
