@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.db import transaction
 from django.utils import timezone
 
 from fairness.actions.audit import Actor, audit
 from fairness.models import SaturationAlert
-
-if TYPE_CHECKING:
-    pass
 
 
 @transaction.atomic

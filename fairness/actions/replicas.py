@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -11,9 +11,6 @@ from django.db import transaction
 from fairness.actions.audit import Actor, audit, jsonable
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import Replica, Tier
-
-if TYPE_CHECKING:
-    pass
 
 
 @transaction.atomic

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 
 from fairness.actions.audit import Actor, audit, jsonable
 from fairness.models import Tier
-
-if TYPE_CHECKING:
-    pass
 
 
 @transaction.atomic
