@@ -559,7 +559,9 @@ class Admission:
     async def fair_share_usage(self) -> tuple[dict[str, float], float, dict[str, float]]:
         """Everyone's decayed usage now: (association -> usage, the total, association -> S)."""
         ns = self._ns
-        stored_usage, stored_shares = await self._lane.execute(("HGETALL", ns + "fu"), ("HGETALL", ns + "fs"))
+        stored_usage, stored_shares = await self._lane.execute(
+            ("HGETALL", ns + keyspace.ADMISSION_FAIR_SHARE_USAGE), ("HGETALL", ns + keyspace.ADMISSION_FAIR_SHARES)
+        )
         usage, shares = pairs(stored_usage), pairs(stored_shares)
         total, half_life = usage.pop("*", None), shares.pop("*", None)
         life = float(half_life) if half_life else float(self._half_life)

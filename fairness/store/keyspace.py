@@ -18,11 +18,38 @@ PREFIX = "gp"
 # layout of those keys is documented in scheduling/lua/lib/state.lua. Leases and tickets expire with
 # the lease TTL unless renewed; the counters live as long as anything is in flight or queued.
 ADMISSION_NAMESPACE = PREFIX + ":{adm}:"
-# hashes inside the namespace that the pages read: key id -> leases in flight, tickets queued;
-# replica -> leases running on it
+# Suffixes inside the namespace that Python reads, each ADMISSION_<NAME> after its name in
+# state.lua's KEY table (hash fields: ADMISSION_FIELD_<NAME>, after its FIELD table); a test holds
+# the two together. Short on the wire, and never renamed: old and new gateways share one Redis
+# through a rolling upgrade.
+# hashes the pages read: key id -> leases in flight, tickets queued; replica -> leases running on it
 ADMISSION_IN_FLIGHT_BY_KEY = "kin"
 ADMISSION_QUEUED_BY_KEY = "kq"
 ADMISSION_IN_FLIGHT_BY_REPLICA = "rin"
+# hashes association -> "usage|valued_at" and -> normalised share S (field "*": everyone's usage;
+# the half-life), read by Admission.fair_share_usage
+ADMISSION_FAIR_SHARE_USAGE = "fu"
+ADMISSION_FAIR_SHARES = "fs"
+# + a budget window's field: the hash of its counters, read by the budget pages: reserved, and
+# settled (a rolling window's per bucket: the field + the bucket's number)
+ADMISSION_BUDGET_WINDOW = "bw:"
+ADMISSION_FIELD_BUDGET_RESERVED = "r"
+ADMISSION_FIELD_BUDGET_SETTLED = "u"
+# string, set once the database's budget counts have been added back after Redis lost them
+# (telemetry/budget_status.py); Python's own: no script reads it
+ADMISSION_BUDGETS_RESTORED = "bok"
+# the rest only tests read, to check the scripts' work (state.lua documents them)
+ADMISSION_CHAT_ACTIVITY = "act"
+ADMISSION_HEAD_INDEX = "idx"
+ADMISSION_LEASE = "l:"
+ADMISSION_TICKET = "t:"
+ADMISSION_STREAM = "q:"
+ADMISSION_STREAM_HEADS = "l2:"
+ADMISSION_ELIGIBLE = "l3:"
+ADMISSION_BORROWER_HEADS = "b:"
+ADMISSION_POOL_TICKETS = "pe:"
+ADMISSION_KEY_STREAMS = "ks:"
+ADMISSION_POOL_GROUPS = "pg:"
 
 
 def admission_namespace(prefix: str = PREFIX) -> str:

@@ -32,7 +32,6 @@ from fairness.telemetry import alerts
 log = logging.getLogger(__name__)
 
 SOFT_LIMIT = 0.8  # the share of a budget at which its holders hear of it, once a period
-_RESTORED = "bok"  # set in admission's namespace once the database's counts are back
 _COUNTED = Path(__file__).with_name("budget_counted.lua").read_text()
 
 
@@ -75,7 +74,7 @@ def status_of(budgets: list[Budget], now: float | None = None) -> list[BudgetSta
     for budget in budgets:
         window = window_of(budget, now)
         fields = _used_fields(window, now)
-        values = client.hmget(_window_key(window), [*fields, "r"])
+        values = client.hmget(_window_key(window), [*fields, keyspace.ADMISSION_FIELD_BUDGET_RESERVED])
         used = sum(float(v) for v in values[:-1] if v is not None)
         reserved = max(0.0, float(values[-1])) if values[-1] is not None else 0.0
         span = window.resets_at - window.window_start
@@ -85,8 +84,8 @@ def status_of(budgets: list[Budget], now: float | None = None) -> list[BudgetSta
 
 
 def _window_key(window: BudgetWindow) -> str:
-    """Admission's hash for the window (lua/lib/limits.lua): r reserved, u or u<bucket> settled."""
-    return _namespace() + "bw:" + window.field
+    """Admission's hash for the window (lua/lib/limits.lua): reserved, and settled (per bucket)."""
+    return _namespace() + keyspace.ADMISSION_BUDGET_WINDOW + window.field
 
 
 def _bucket_seconds(window: BudgetWindow) -> int:
@@ -94,10 +93,11 @@ def _bucket_seconds(window: BudgetWindow) -> int:
 
 
 def _used_fields(window: BudgetWindow, now: float) -> list[str]:
+    settled = keyspace.ADMISSION_FIELD_BUDGET_SETTLED
     if not window.rolling_seconds:
-        return ["u"]
+        return [settled]
     current = int(now // _bucket_seconds(window))
-    return [f"u{current - i}" for i in range(ROLLING_BUCKETS)]
+    return [f"{settled}{current - i}" for i in range(ROLLING_BUCKETS)]
 
 
 def holder_keys(budget: Budget) -> Q:
@@ -132,7 +132,7 @@ def restore_if_lost(now: float | None = None) -> bool:
     records; True when it did."""
     now = now if now is not None else dt.datetime.now(dt.UTC).timestamp()
     client = redis_sync()
-    if not client.set(_namespace() + _RESTORED, "1", nx=True):
+    if not client.set(_namespace() + keyspace.ADMISSION_BUDGETS_RESTORED, "1", nx=True):
         return False
     for budget in Budget.objects.all():
         recount(budget, now)
@@ -149,12 +149,12 @@ def recount(budget: Budget, now: float | None = None) -> None:
     records = UsageRecord.objects.filter(holder_keys(budget))
     if not window.rolling_seconds:
         start = dt.datetime.fromtimestamp(window.window_start, dt.UTC)
-        counts = {"u": _weighted(records.filter(created_at__gte=start))}
+        counts = {keyspace.ADMISSION_FIELD_BUDGET_SETTLED: _weighted(records.filter(created_at__gte=start))}
     else:
         bucket = _bucket_seconds(window)
         counts = {}
         for field in _used_fields(window, now):
-            number = int(field[1:])
+            number = int(field.removeprefix(keyspace.ADMISSION_FIELD_BUDGET_SETTLED))
             lo, hi = (dt.datetime.fromtimestamp(number * bucket + d, dt.UTC) for d in (0, bucket))
             counts[field] = _weighted(records.filter(created_at__gte=lo, created_at__lt=hi))
     pairs = [item for field, tokens in counts.items() for item in (field, repr(tokens))]

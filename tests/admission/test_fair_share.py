@@ -111,9 +111,9 @@ async def test_a_charge_rescores_only_its_own_associations_stream_heads(
     await enqueue(admission, light)
     client = aredis.Redis.from_url(redis_url)
     ns = keyspace.admission_namespace(prefix)
-    eligible = ns + f"l2:{heavy.tier}|{GROUP}"
-    heavy_head = await client.hget(ns + "idx", f"K|heavy|{heavy.tier}|{GROUP}")
-    light_head = await client.hget(ns + "idx", f"K|light|{light.tier}|{GROUP}")
+    eligible = ns + keyspace.ADMISSION_STREAM_HEADS + f"{heavy.tier}|{GROUP}"
+    heavy_head = await client.hget(ns + keyspace.ADMISSION_HEAD_INDEX, f"K|heavy|{heavy.tier}|{GROUP}")
+    light_head = await client.hget(ns + keyspace.ADMISSION_HEAD_INDEX, f"K|light|{light.tier}|{GROUP}")
     before = dict(await client.zrange(eligible, 0, -1, withscores=True))
     await charge(admission, "1", 1000.0)
     after = dict(await client.zrange(eligible, 0, -1, withscores=True))
@@ -210,10 +210,10 @@ async def test_upkeep_scores_every_waiting_association_again_once_a_second(
     await enqueue(admission, light)
     client = aredis.Redis.from_url(redis_url)
     ns = keyspace.admission_namespace(prefix)
-    head = await client.hget(ns + "idx", f"K|light|{light.tier}|{GROUP}")
+    head = await client.hget(ns + keyspace.ADMISSION_HEAD_INDEX, f"K|light|{light.tier}|{GROUP}")
 
     async def score() -> float:
-        return float(await client.zscore(ns + f"l2:{light.tier}|{GROUP}", head))
+        return float(await client.zscore(ns + keyspace.ADMISSION_STREAM_HEADS + f"{light.tier}|{GROUP}", head))
 
     stale = await score()
     await charge(admission, "3", 9000.0)  # light is not charged, so not scored again yet

@@ -69,7 +69,7 @@ async def test_a_windows_counters_always_expire(make_admission, redis_url: str, 
     admission = await make_admission()
     await admission.set_capacity(GROUP, 4)
     counters = aredis.Redis.from_url(redis_url)
-    window = f"{keyspace.admission_namespace(prefix)}bw:{MONTH.field}"
+    window = keyspace.admission_namespace(prefix) + keyspace.ADMISSION_BUDGET_WINDOW + MONTH.field
     try:
         first = await admitted(admission, spending(100))
         assert await counters.ttl(window) > 0
@@ -77,7 +77,8 @@ async def test_a_windows_counters_always_expire(make_admission, redis_url: str, 
         second = await admitted(admission, spending(100))
         assert await counters.ttl(window) > 0
         await admission.release(second, charge=50)
-        assert await counters.hget(window, "u") == b"100" and await counters.ttl(window) > 0
+        settled = await counters.hget(window, keyspace.ADMISSION_FIELD_BUDGET_SETTLED)
+        assert settled == b"100" and await counters.ttl(window) > 0
     finally:
         await counters.aclose()
 

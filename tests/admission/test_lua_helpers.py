@@ -1,6 +1,6 @@
 """lua/lib/'s helpers on their own, through a library of test entries loaded beside them into a
-private Redis (functions are server-wide, so not the suite's shared one), and the reply states
-that acquire.lua and admission.py must name alike."""
+private Redis (functions are server-wide, so not the suite's shared one), the reply states
+that acquire.lua and admission.py must name alike, and the name tables as the library holds them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from fairness.scheduling.admission import Reply, library_head
+from tests.admission.test_lua_names import FIELD, KEY
 from tests.redis_server import PrivateRedis
 
 # Each entry runs after begin(KEYS, ARGV), as admission's own do; ARGV[5..] are its arguments.
@@ -17,6 +18,12 @@ ENTRIES = {
     "handle_of": "return handle_of(ARGV[5])",
     "reply_states": "local out = {} for name, n in pairs(REPLY) do out[#out + 1] = name out[#out + 1] = n end "
                     "return out",
+    # ARGV[5]: which name table; flat {name, value, ...}
+    "name_table": """
+        local t = ({KEY = KEY, FIELD = FIELD})[ARGV[5]]
+        local out = {}
+        for name, value in pairs(t) do out[#out + 1] = name; out[#out + 1] = value end
+        return out""",
     # read: "limit:taken,..." as read_budgets would have read the windows
     "completion_room": """
         local read = {}
@@ -60,6 +67,15 @@ def test_lua_and_python_name_the_same_reply_states(lua):
     flat = call(lua, "reply_states")
     lua_states = {flat[i].decode().upper(): flat[i + 1] for i in range(0, len(flat), 2)}
     assert lua_states == {state.name: state.value for state in Reply}
+
+
+def test_the_library_holds_the_names_the_source_is_read_for(lua):
+    def table(name: str) -> dict[str, object]:
+        flat = call(lua, "name_table", name)
+        return {flat[i].decode(): flat[i + 1] for i in range(0, len(flat), 2)}
+
+    assert table("KEY") == {name: suffix.encode() for name, suffix in KEY.items()}
+    assert table("FIELD") == {name: field.encode() for name, field in FIELD.items()}
 
 
 def test_the_completion_limit_is_what_the_tightest_budget_leaves(lua):

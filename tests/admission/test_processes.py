@@ -17,6 +17,7 @@ from typing import Any
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
+from fairness.store import keyspace
 
 from .conftest import GROUP, alice, bob, carol, eventually, like, queued, start
 
@@ -86,9 +87,12 @@ async def test_caps_hold_across_processes_under_concurrency(
         stats = await admission.stats()
         assert stats["keys"] == {} and stats["tiers"] == {}
         assert stats["groups"][GROUP] == {"capacity": capacity, "in_flight": 0, "queued": 0}
-        for pattern in ("l:*", "t:*", "q:*", "l2:*", "l3:*", "b:*", "pe:*", "ks:*", "pg:*"):
-            assert await client.keys(f"{prefix}:{{adm}}:{pattern}") == [], pattern
-        assert await client.hlen(f"{prefix}:{{adm}}:idx") == 0
+        ns = keyspace.admission_namespace(prefix)
+        for family in (keyspace.ADMISSION_LEASE, keyspace.ADMISSION_TICKET, keyspace.ADMISSION_STREAM,
+                       keyspace.ADMISSION_STREAM_HEADS, keyspace.ADMISSION_ELIGIBLE, keyspace.ADMISSION_BORROWER_HEADS,
+                       keyspace.ADMISSION_POOL_TICKETS, keyspace.ADMISSION_KEY_STREAMS, keyspace.ADMISSION_POOL_GROUPS):
+            assert await client.keys(f"{ns}{family}*") == [], family
+        assert await client.hlen(ns + keyspace.ADMISSION_HEAD_INDEX) == 0
     finally:
         await client.aclose()
 

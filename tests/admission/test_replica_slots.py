@@ -8,6 +8,7 @@ import random
 from collections import Counter
 
 from fairness.scheduling.routing import choose, preference
+from fairness.store import keyspace
 from tests.admission.conftest import (
     admitted,
     alice,
@@ -58,7 +59,7 @@ async def test_the_choice_is_the_bounded_load_rule_of_routing_choose(admission, 
 
     rng = random.Random(1729)
     client = redis.asyncio.Redis.from_url(redis_url)
-    in_flight = admission._ns + "rin"  # the leases per replica the script reads
+    in_flight = admission._ns + keyspace.ADMISSION_IN_FLIGHT_BY_REPLICA  # the leases per replica the script reads
     try:
         for trial in range(300):
             count = rng.randint(1, 5)

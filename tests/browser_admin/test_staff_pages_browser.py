@@ -17,7 +17,7 @@ from fairness.actions.audit import Actor
 from fairness.actions.keys import rotate
 from fairness.actions.users import set_user_active
 from fairness.models import ApiKey, Replica, SaturationAlert
-from fairness.store.keyspace import ADMISSION_NAMESPACE
+from fairness.store.keyspace import ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
 from fairness.telemetry import polling
 from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
 from tests.browser_checks import check_page
@@ -126,7 +126,7 @@ def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway,
         expect(cell).to_have_text("0")
         grading = redis.Redis.from_url(redis_url)
         try:
-            grading.hset(ADMISSION_NAMESPACE + "kq", found["carol_unit"], 6)
+            grading.hset(ADMISSION_NAMESPACE + ADMISSION_QUEUED_BY_KEY, found["carol_unit"], 6)
             expect(cell).to_have_text("6", timeout=15_000)  # the page polls every 5 s
         finally:
             grading.close()

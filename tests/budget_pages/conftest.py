@@ -57,6 +57,9 @@ def use(budget: Budget, used: float, reserved: float = 0.0) -> None:
     client = redis.Redis.from_url(TEST_REDIS_URL)
     try:
         assert not window.rolling_seconds, "a calendar budget's single counter only"
-        client.hset(namespace + "bw:" + window.field, mapping={"u": repr(used), "r": repr(reserved)})
+        client.hset(namespace + keyspace.ADMISSION_BUDGET_WINDOW + window.field, mapping={
+            keyspace.ADMISSION_FIELD_BUDGET_SETTLED: repr(used),
+            keyspace.ADMISSION_FIELD_BUDGET_RESERVED: repr(reserved),
+        })
     finally:
         client.close()

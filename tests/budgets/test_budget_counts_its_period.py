@@ -92,8 +92,8 @@ def test_work_settled_but_not_yet_flushed_is_kept_when_a_budget_changes(cast, st
     budget = budgets.set_budget(actor, key=key, tokens=1000, period=Budget.Period.MONTH)
     window = budget_status.window_of(budget, timezone.now().timestamp())
     # What admission settles for a request whose usage record the flush has yet to write.
-    counter = keyspace.admission_namespace(keyspace.PREFIX) + "bw:" + window.field
-    redis.Redis.from_url(redis_url).hincrbyfloat(counter, "u", 30)
+    counter = keyspace.admission_namespace(keyspace.PREFIX) + keyspace.ADMISSION_BUDGET_WINDOW + window.field
+    redis.Redis.from_url(redis_url).hincrbyfloat(counter, keyspace.ADMISSION_FIELD_BUDGET_SETTLED, 30)
     budget = budgets.set_budget(actor, key=key, tokens=900, period=Budget.Period.MONTH)
     assert used(budget) == pytest.approx(230)
     assert redis.Redis.from_url(redis_url).ttl(counter) > 0

@@ -35,9 +35,11 @@ def budget_counters(budget: Budget) -> tuple[float, float]:
     client = redis.Redis.from_url(TEST_REDIS_URL)
     ns = keyspace.admission_namespace(keyspace.PREFIX)
     counter = f"k{budget.key_id}-{budget.period}"  # a key's budgets for the period share these
-    windows = [client.hgetall(k) for k in client.scan_iter(match=f"{ns}bw:{counter}|*")]
-    used = sum(float(v) for w in windows for f, v in w.items() if f.startswith(b"u"))
-    reserved = sum(float(w.get(b"r", 0)) for w in windows)
+    windows = [client.hgetall(k) for k in client.scan_iter(match=f"{ns}{keyspace.ADMISSION_BUDGET_WINDOW}{counter}|*")]
+    settled, reserved_field = (name.encode() for name in (keyspace.ADMISSION_FIELD_BUDGET_SETTLED,
+                                                          keyspace.ADMISSION_FIELD_BUDGET_RESERVED))
+    used = sum(float(v) for w in windows for f, v in w.items() if f.startswith(settled))
+    reserved = sum(float(w.get(reserved_field, 0)) for w in windows)
     return used, reserved
 
 

@@ -88,7 +88,7 @@ def test_whole_answers_fill_a_real_engine_and_two_are_redone_for_a_chat(
         # second or two while vLLM's workers spin, and the answers take about that long). Forget
         # that a chat came, so the next answers fill every slot again.
         with redis.Redis.from_url(TEST_REDIS_URL) as client:
-            client.delete(keyspace.ADMISSION_NAMESPACE + "act")
+            client.delete(keyspace.ADMISSION_NAMESPACE + keyspace.ADMISSION_CHAT_ACTIVITY)
     else:
         raise AssertionError(f"in no round did two answers give their slots back for the chat (last: {waits})")
     assert int(chat.headers["x-gpuportal-queued-ms"]) < 1000, chat_seconds  # not a whole answer's wait

@@ -13,8 +13,12 @@ from fairness.actions.audit import Actor
 from fairness.actions.keys import issue_key, revoke, rotate
 from fairness.models import ApiKey, AuditEntry
 from fairness.portal.reports.queries import KEY_SORTS
-from fairness.store.keyspace import ADMISSION_NAMESPACE
+from fairness.store.keyspace import ADMISSION_IN_FLIGHT_BY_KEY, ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
 from tests.web_pages.conftest import key_form
+
+# What admission counts per person (the list shows it live).
+IN_FLIGHT = ADMISSION_NAMESPACE + ADMISSION_IN_FLIGHT_BY_KEY
+QUEUED = ADMISSION_NAMESPACE + ADMISSION_QUEUED_BY_KEY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,8 +60,8 @@ def test_every_column_sorts_both_ways(staff_client, cast, redis_client):
         keys[name].created_at = timezone.now() - dt.timedelta(days=10 - n)
         keys[name].last_used_at = timezone.now() - dt.timedelta(hours=n + 1)
         keys[name].save()
-    redis_client.hset(ADMISSION_NAMESPACE + "kin", f"p{keys['bob'].owner_id}.{keys['bob'].tier.name}", 3)
-    redis_client.hset(ADMISSION_NAMESPACE + "kq", f"p{keys['alice'].owner_id}.{keys['alice'].tier.name}", 7)
+    redis_client.hset(IN_FLIGHT, f"p{keys['bob'].owner_id}.{keys['bob'].tier.name}", 3)
+    redis_client.hset(QUEUED, f"p{keys['alice'].owner_id}.{keys['alice'].tier.name}", 7)
     p = {name: key.prefix for name, key in keys.items()}
 
     assert prefixes(staff_client.get("/staff/keys/?sort=owner")) == [p["alice"], p["bob"], p["carol"]]
@@ -91,8 +95,8 @@ def test_pages_hold_fifty_keys_and_keep_the_filters(staff_client, cast, tiers):
 def test_live_figures_refresh_from_a_json_endpoint(staff_client, cast, redis_client):
     carol = ApiKey.objects.get(pk=cast["carol"].key_id)
     alice = ApiKey.objects.get(pk=cast["alice"].key_id)
-    redis_client.hset(ADMISSION_NAMESPACE + "kin", f"p{carol.owner_id}.{carol.tier.name}", 2)
-    redis_client.hset(ADMISSION_NAMESPACE + "kq", f"p{carol.owner_id}.{carol.tier.name}", 5)
+    redis_client.hset(IN_FLIGHT, f"p{carol.owner_id}.{carol.tier.name}", 2)
+    redis_client.hset(QUEUED, f"p{carol.owner_id}.{carol.tier.name}", 5)
     body = staff_client.get(f"/staff/keys/load.json?prefix={carol.prefix}&prefix={alice.prefix}").json()
     assert body == {"keys": {carol.prefix: {"in_flight": 2, "queued": 5},
                              alice.prefix: {"in_flight": 0, "queued": 0}}}

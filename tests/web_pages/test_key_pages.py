@@ -143,11 +143,12 @@ def test_rotation_without_grace_revokes_the_old_key_and_a_revoked_key_cannot_rot
 
 def test_the_list_shows_live_load_and_the_last_days_tokens(staff_client, cast, redis_client):
     from fairness.models import UsageHourly
+    from fairness.store.keyspace import ADMISSION_IN_FLIGHT_BY_KEY, ADMISSION_QUEUED_BY_KEY
     from fairness.store.keyspace import ADMISSION_NAMESPACE as ADMISSION_NS
 
     key = ApiKey.objects.get(pk=cast["carol"].key_id)
-    redis_client.hset(ADMISSION_NS + "kin", f"p{key.owner_id}.{key.tier.name}", 2)
-    redis_client.hset(ADMISSION_NS + "kq", f"p{key.owner_id}.{key.tier.name}", 5)
+    redis_client.hset(ADMISSION_NS + ADMISSION_IN_FLIGHT_BY_KEY, f"p{key.owner_id}.{key.tier.name}", 2)
+    redis_client.hset(ADMISSION_NS + ADMISSION_QUEUED_BY_KEY, f"p{key.owner_id}.{key.tier.name}", 5)
     UsageHourly.objects.create(key=key, hour=timezone.now().replace(minute=0, second=0, microsecond=0),
                                requests=3, prompt_tokens=1200, completion_tokens=34)
     rows = staff_client.get("/staff/keys/").context["rows"]

@@ -40,29 +40,31 @@ local revocable = ARGV[28] == '1'
 QUIET = handle
 -- The dead's leases and tickets are reaped when this call needs a slot or a place in line (below),
 -- or when its budgets would refuse or limit it (a dead lease's reservation comes back).
-if ARGV[20] == '1' and #replicas_of(group) == 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
+if ARGV[20] == '1' and #replicas_of(group) == 0
+    and redis.call('HEXISTS', NS .. KEY.group_capacity, group) == 0 then
   return {REPLY.capacity_unknown}
 end
 if ARGV[19] == '1' then free(handle, true) end
 state_fair_share(ARGV[21], ARGV[22], ARGV[24])
 
 -- The latest demand states the caps; a changed cap changes who is eligible.
-if redis.call('HGET', NS .. 'kcap', key) ~= key_cap then
-  redis.call('HSET', NS .. 'kcap', key, key_cap)
+if redis.call('HGET', NS .. KEY.key_cap, key) ~= key_cap then
+  redis.call('HSET', NS .. KEY.key_cap, key, key_cap)
   refresh_key(key)
 end
-if redis.call('HGET', NS .. 'pcap', pool) ~= (pool_cap ~= '' and pool_cap or false) then
-  if pool_cap == '' then redis.call('HDEL', NS .. 'pcap', pool)
-  else redis.call('HSET', NS .. 'pcap', pool, pool_cap) end
+if redis.call('HGET', NS .. KEY.pool_cap, pool) ~= (pool_cap ~= '' and pool_cap or false) then
+  if pool_cap == '' then redis.call('HDEL', NS .. KEY.pool_cap, pool)
+  else redis.call('HSET', NS .. KEY.pool_cap, pool, pool_cap) end
   refresh_pool(pool)
 end
 pump_dirty()
 
 -- A retried call (same handle) must not queue or take twice.
 if ARGV[32] == '1' then
-  local existing = redis.call('HGET', NS .. 't:' .. handle, 'm')
+  local existing = redis.call('HGET', NS .. KEY.ticket .. handle, FIELD.member)
   if existing then return {REPLY.queued, existing} end
-  local leased = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
+  local leased = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.borrowed, FIELD.enqueued_at,
+    FIELD.granted_at, FIELD.replica)
   if leased[1] then
     return {REPLY.granted, tonumber(leased[1]), string.format('%.6f', num(leased[3]) - num(leased[2])), leased[4]}
   end
@@ -123,13 +125,14 @@ local function queue_empty(zset)
 end
 local function at_once()
   local free = free_slots(group)
-  if free <= 0 or not queue_empty('l3:') then return nil end
+  if free <= 0 or not queue_empty(KEY.eligible) then return nil end
   local borrowed = nil
-  local open = num(redis.call('HGET', NS .. 'kin', key)) < num(key_cap)
-    and (pool_cap == '' or num(redis.call('HGET', NS .. 'pin', pool)) < num(pool_cap))
+  local open = num(redis.call('HGET', NS .. KEY.in_flight_by_key, key)) < num(key_cap)
+    and (pool_cap == '' or num(redis.call('HGET', NS .. KEY.in_flight_by_pool, pool)) < num(pool_cap))
   if open then
     borrowed = 0
-  elseif borrow == '1' and (free - 1 >= RESERVE or (revocable and free - 1 >= spare(group))) and queue_empty('b:') then
+  elseif borrow == '1' and (free - 1 >= RESERVE or (revocable and free - 1 >= spare(group)))
+      and queue_empty(KEY.borrower_heads) then
     borrowed = 1
   end
   if not borrowed then return nil end
@@ -154,7 +157,7 @@ local function full(soonest, bound)
   return {REPLY.queue_full, math.max(1, math.ceil((soonest or NOW) - NOW)), bound}
 end
 local function deadline_of(handle)
-  return handle and num(redis.call('HGET', NS .. 't:' .. handle, 'deadline')) or nil
+  return handle and num(redis.call('HGET', NS .. KEY.ticket .. handle, FIELD.deadline)) or nil
 end
 local function earlier(a, b)
   if a == nil or (b ~= nil and b < a) then return b end
@@ -164,15 +167,15 @@ end
 local function soonest_in_pools(pools)
   local soonest = nil
   for _, p in ipairs(pools) do
-    soonest = earlier(soonest, deadline_of(redis.call('ZRANGE', NS .. 'pe:' .. p, 0, 0)[1]))
+    soonest = earlier(soonest, deadline_of(redis.call('ZRANGE', NS .. KEY.pool_tickets .. p, 0, 0)[1]))
   end
   return soonest
 end
 
-if max_queued >= 0 and num(redis.call('HGET', NS .. 'kq', key)) >= max_queued then
+if max_queued >= 0 and num(redis.call('HGET', NS .. KEY.queued_by_key, key)) >= max_queued then
   local soonest = nil
-  for _, pg in ipairs(redis.call('SMEMBERS', NS .. 'ks:' .. key)) do
-    local member = head(NS .. 'q:' .. key .. '|' .. pg)
+  for _, pg in ipairs(redis.call('SMEMBERS', NS .. KEY.key_streams .. key)) do
+    local member = head(NS .. KEY.stream .. key .. '|' .. pg)
     if member then soonest = earlier(soonest, deadline_of(handle_of(member))) end
   end
   return full(soonest, 'key')
@@ -183,15 +186,15 @@ end
 -- for it at once (below), so it waits no longer than that.
 local tier_max, total_max = tonumber(ARGV[29]), tonumber(ARGV[30])
 -- (Leases asked back and not yet returned count: they give a slot back too.)
-local revocable_running = redis.call('ZCARD', NS .. 'rv:' .. group) > 0
-  or num(redis.call('HGET', NS .. 'rvp', group)) > 0
+local revocable_running = redis.call('ZCARD', NS .. KEY.revocable_leases .. group) > 0
+  or num(redis.call('HGET', NS .. KEY.revocations_pending, group)) > 0
 if revocable_running and key_open(key) and pool_open(pool) then tier_max, total_max = -1, -1 end
-if tier_max >= 0 and num(redis.call('HGET', NS .. 'pq', pool)) >= tier_max then
+if tier_max >= 0 and num(redis.call('HGET', NS .. KEY.queued_by_pool, pool)) >= tier_max then
   return full(soonest_in_pools({pool}), 'tier')
 end
 if total_max >= 0 then
   local waiting, pools = 0, {}
-  local counts = redis.call('HGETALL', NS .. 'pq')
+  local counts = redis.call('HGETALL', NS .. KEY.queued_by_pool)
   for i = 1, #counts, 2 do
     pools[#pools + 1] = counts[i]
     waiting = waiting + num(counts[i + 1])
@@ -208,4 +211,4 @@ local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[1
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {REPLY.granted, g[1], string.format('%.6f', g[2]), g[3], left, limit} end
-return {REPLY.queued, member, redis.call('HGET', NS .. 'hold', group) or '0', left, limit}
+return {REPLY.queued, member, redis.call('HGET', NS .. KEY.group_hold, group) or '0', left, limit}

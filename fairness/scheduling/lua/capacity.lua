@@ -19,25 +19,25 @@ elseif ARGV[8] ~= '' and epoch and epoch ~= ARGV[8] then
   return -1
 end
 reap()
-if tonumber(ARGV[9]) > 0 and redis.call('HEXISTS', NS .. 'cap', group) == 0 then
-  redis.call('HSET', NS .. 'hold', group, NOW + tonumber(ARGV[9]))
+if tonumber(ARGV[9]) > 0 and redis.call('HEXISTS', NS .. KEY.group_capacity, group) == 0 then
+  redis.call('HSET', NS .. KEY.group_hold, group, NOW + tonumber(ARGV[9]))
 end
 local names, total = {}, 0
 for i = 10, #ARGV, 2 do
   names[#names + 1] = ARGV[i]
   total = total + tonumber(ARGV[i + 1])
-  redis.call('HSET', NS .. 'rcap', ARGV[i], ARGV[i + 1])
+  redis.call('HSET', NS .. KEY.replica_slots, ARGV[i], ARGV[i + 1])
 end
 local listed = {}
 for _, name in ipairs(names) do listed[name] = true end
 for _, name in ipairs(replicas_of(group)) do
-  if not listed[name] then redis.call('HDEL', NS .. 'rcap', name) end
+  if not listed[name] then redis.call('HDEL', NS .. KEY.replica_slots, name) end
 end
-redis.call('HSET', NS .. 'gr', group, table.concat(names, ','))
-redis.call('HSET', NS .. 'route', group, ARGV[6])
-redis.call('HSET', NS .. 'cap', group, total)
+redis.call('HSET', NS .. KEY.group_replicas, group, table.concat(names, ','))
+redis.call('HSET', NS .. KEY.group_routing, group, ARGV[6])
+redis.call('HSET', NS .. KEY.group_capacity, group, total)
 REPLICAS[group], LOADS[group] = nil, nil
 DIRTY[group] = true
 pump_dirty()
 ask_revocable(group)  -- fewer slots may leave no spare, even with nobody waiting
-return num(redis.call('HGET', NS .. 'gin', group))
+return num(redis.call('HGET', NS .. KEY.in_flight_by_group, group))

@@ -11,7 +11,8 @@ if withdraw(handle) then
   pump_dirty()
   return {0}
 end
-local l = redis.call('HMGET', NS .. 'l:' .. handle, 'b', 'enq', 'at', 'r')
+local l = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.borrowed, FIELD.enqueued_at, FIELD.granted_at,
+  FIELD.replica)
 if not l[1] then
   pump_dirty()
   return {-1}
@@ -20,7 +21,7 @@ if ARGV[6] == '1' then
   pump_dirty()
   return {1, tonumber(l[1]), string.format('%.6f', num(l[3]) - num(l[2])), l[4]}
 end
-local reserved = redis.call('HMGET', NS .. 'l:' .. handle, 'bres', 'best')
+local reserved = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.budgets, FIELD.budget_estimate)
 free(handle)
 if reserved[1] then reserve_budgets(reserved[1], num(reserved[2]), -1) end  -- it never ran
 pump_dirty()

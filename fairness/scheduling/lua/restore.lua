@@ -4,11 +4,11 @@
 -- Returns  1 if added, 0 if this Redis already has it (added before, or never lost).
 -- Charges made since Redis restarted stay: decayed usage adds up.
 reap()
-if redis.call('EXISTS', NS .. 'fsok') == 1 then return 0 end
+if redis.call('EXISTS', NS .. KEY.usage_restored) == 1 then return 0 end
 for i = 5, #ARGV - 1, 2 do
   local amount = tonumber(ARGV[i + 1]) or 0
   if amount > 0 then charge(ARGV[i], amount) end
 end
-redis.call('SET', NS .. 'fsok', '1')
+redis.call('SET', NS .. KEY.usage_restored, '1')
 pump_dirty()
 return 1

@@ -6,6 +6,6 @@
 -- ARGV[10] borrowed 0/1    ARGV[11] enqueued_at
 -- Returns  1 if the lease was taken again, 0 if it was there after all
 reap()
-if redis.call('EXISTS', NS .. 'l:' .. ARGV[5]) == 1 then return 0 end
+if redis.call('EXISTS', NS .. KEY.lease .. ARGV[5]) == 1 then return 0 end
 take(ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11]), NOW + TTL)
 return 1

@@ -12,27 +12,29 @@ local n = tonumber(ARGV[5])
 reap()
 local lost = {}
 for i = 6, 5 + n do
-  if redis.call('ZSCORE', NS .. 'lx', ARGV[i]) then
-    redis.call('ZADD', NS .. 'lx', NOW + TTL, ARGV[i])
+  if redis.call('ZSCORE', NS .. KEY.lease_expiry, ARGV[i]) then
+    redis.call('ZADD', NS .. KEY.lease_expiry, NOW + TTL, ARGV[i])
   else
     lost[#lost + 1] = ARGV[i]
   end
 end
 -- The count of waiting tickets, from the counts per group (it cannot drift for longer than this).
 local waiting = 0
-for _, v in ipairs(redis.call('HVALS', NS .. 'gq')) do waiting = waiting + num(v) end
-if waiting > 0 then redis.call('SET', NS .. 'nq', waiting) else redis.call('DEL', NS .. 'nq') end
+for _, v in ipairs(redis.call('HVALS', NS .. KEY.queued_by_group)) do waiting = waiting + num(v) end
+if waiting > 0 then redis.call('SET', NS .. KEY.queued_total, waiting)
+else redis.call('DEL', NS .. KEY.queued_total) end
 WAITING = waiting
 rescore_waiting(1)
-for _, group in ipairs(redis.call('HKEYS', NS .. 'gq')) do DIRTY[group] = true end
+for _, group in ipairs(redis.call('HKEYS', NS .. KEY.queued_by_group)) do DIRTY[group] = true end
 pump_dirty()
 local news = {}
 for i = 6 + n, #ARGV do
   local h = ARGV[i]
-  if redis.call('ZSCORE', NS .. 'tx', h) then
-    redis.call('ZADD', NS .. 'tx', NOW + TICKET_TTL, h)
+  if redis.call('ZSCORE', NS .. KEY.ticket_expiry, h) then
+    redis.call('ZADD', NS .. KEY.ticket_expiry, NOW + TICKET_TTL, h)
   else
-    local l = redis.call('HMGET', NS .. 'l:' .. h, 'b', 'enq', 'at', 'r')
+    local l = redis.call('HMGET', NS .. KEY.lease .. h, FIELD.borrowed, FIELD.enqueued_at, FIELD.granted_at,
+      FIELD.replica)
     if l[1] then
       news[#news + 1] = h; news[#news + 1] = 1; news[#news + 1] = tonumber(l[1])
       news[#news + 1] = string.format('%.6f', num(l[3]) - num(l[2])); news[#news + 1] = l[4]

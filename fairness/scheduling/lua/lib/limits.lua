@@ -1,10 +1,11 @@
 -- lib/limits.lua: budgets (reserved, settled, rolling windows) and GCRA rate limits.
 
 -- Budgets and rate limits (limits.py builds their arguments), in as few Redis calls as they can.
--- A budget window is one hash, bw:<field>: r = what admitted requests have reserved (their
--- estimate), u = settled weighted tokens, or for a rolling window u<bucket number> per bucket of
--- its 24. field is "<holder-period>|<window start>" (calendar) or "<holder-period>|r<bucket s>".
--- Rate limits are GCRA: hash rl, limit name -> its theoretical arrival time.
+-- A budget window is one hash, budget_window .. field: budget_reserved = what admitted requests
+-- have reserved (their estimate), budget_settled = settled weighted tokens, or for a rolling window
+-- budget_settled .. <bucket number> per bucket of its 24. field is "<holder-period>|<window start>"
+-- (calendar) or "<holder-period>|r<bucket s>". Rate limits are GCRA: hash rate_limits, limit name
+-- -> its theoretical arrival time.
 local function rolling_bucket(field)
   return tonumber(string.match(field, '|r(%d+)$'))
 end
@@ -16,14 +17,15 @@ local function read_budgets(spec)
   for field, ttl, limit in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~([^,]+)') do
     local bucket, taken, settled = rolling_bucket(field), 0, false
     if bucket then
-      local now_bucket, names = math.floor(NOW / bucket), {'r'}
-      for i = 0, 23 do names[#names + 1] = 'u' .. (now_bucket - i) end
-      for i, v in ipairs(redis.call('HMGET', NS .. 'bw:' .. field, unpack(names))) do
+      local now_bucket, names = math.floor(NOW / bucket), {FIELD.budget_reserved}
+      for i = 0, 23 do names[#names + 1] = FIELD.budget_settled .. (now_bucket - i) end
+      for i, v in ipairs(redis.call('HMGET', NS .. KEY.budget_window .. field, unpack(names))) do
         taken = taken + num(v)
         settled = settled or (i > 1 and v ~= false)
       end
     else
-      local v = redis.call('HMGET', NS .. 'bw:' .. field, 'u', 'r')
+      local v = redis.call('HMGET', NS .. KEY.budget_window .. field, FIELD.budget_settled,
+        FIELD.budget_reserved)
       taken, settled = num(v[1]) + num(v[2]), v[1] ~= false
     end
     out[#out + 1] = {field, tonumber(ttl), tonumber(limit), taken, settled}
@@ -53,22 +55,24 @@ local function reserve_budgets(spec, amount, sign, read)
   for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do
     i = i + 1
     local settled = read and read[i] and read[i][5]
-    bump(NS .. 'bw:' .. field, 'r', sign * amount, (not settled) and tonumber(ttl) or nil)
+    bump(NS .. KEY.budget_window .. field, FIELD.budget_reserved, sign * amount,
+      (not settled) and tonumber(ttl) or nil)
   end
 end
 
 -- What the request really used goes to its windows; its reservation (if still held) comes back.
 local function settle_budgets(spec, used, reserved)
   for field, ttl in string.gmatch(spec or '', '([^,~]+)~([^,~]+)~[^,]+') do
-    local key, bucket = NS .. 'bw:' .. field, rolling_bucket(field)
-    local counter = 'u'
+    local key, bucket = NS .. KEY.budget_window .. field, rolling_bucket(field)
+    local counter = FIELD.budget_settled
     if bucket then
       local now_bucket = math.floor(NOW / bucket)
-      counter = 'u' .. now_bucket
-      redis.call('HDEL', key, 'u' .. (now_bucket - 24), 'u' .. (now_bucket - 25))  -- slid out
+      counter = FIELD.budget_settled .. now_bucket
+      redis.call('HDEL', key, FIELD.budget_settled .. (now_bucket - 24),  -- slid out
+        FIELD.budget_settled .. (now_bucket - 25))
     end
     if used > 0 then bump(key, counter, used, tonumber(ttl)) end
-    if reserved > 0 then bump(key, 'r', -reserved, tonumber(ttl)) end
+    if reserved > 0 then bump(key, FIELD.budget_reserved, -reserved, tonumber(ttl)) end
   end
 end
 
@@ -108,7 +112,7 @@ local function read_rates(spec)
     limits[#limits + 1] = {name, tonumber(per_minute), tokens == '1'}
     names[#names + 1] = name
   end
-  local tats = #names > 0 and redis.call('HMGET', NS .. 'rl', unpack(names)) or {}
+  local tats = #names > 0 and redis.call('HMGET', NS .. KEY.rate_limits, unpack(names)) or {}
   return limits, tats
 end
 
@@ -130,7 +134,7 @@ local function check_rates(spec, estimate)
     updates[#updates + 1] = string.format('%.6f', new_tat)
   end
   return nil, function()
-    if #updates > 0 then redis.call('HSET', NS .. 'rl', unpack(updates)) end
+    if #updates > 0 then redis.call('HSET', NS .. KEY.rate_limits, unpack(updates)) end
   end
 end
 
@@ -144,6 +148,6 @@ local function settle_rates(spec, used, estimate)
       updates[#updates + 1] = string.format('%.6f', math.max(NOW, tonumber(tats[i]) + (used - estimate) * 60 / l[2]))
     end
   end
-  if #updates > 0 then redis.call('HSET', NS .. 'rl', unpack(updates)) end
+  if #updates > 0 then redis.call('HSET', NS .. KEY.rate_limits, unpack(updates)) end
 end
 

@@ -4,7 +4,7 @@ local function replicas_of(group)
   local names = REPLICAS[group]
   if not names then
     names = {}
-    for name in string.gmatch(redis.call('HGET', NS .. 'gr', group) or '', '[^,]+') do
+    for name in string.gmatch(redis.call('HGET', NS .. KEY.group_replicas, group) or '', '[^,]+') do
       names[#names + 1] = name
     end
     REPLICAS[group] = names
@@ -20,8 +20,8 @@ local function replica_load(group)
     local names = replicas_of(group)
     local slots, busy = {}, {}
     if #names > 0 then
-      local caps = redis.call('HMGET', NS .. 'rcap', unpack(names))
-      local ins = redis.call('HMGET', NS .. 'rin', unpack(names))
+      local caps = redis.call('HMGET', NS .. KEY.replica_slots, unpack(names))
+      local ins = redis.call('HMGET', NS .. KEY.in_flight_by_replica, unpack(names))
       for i, name in ipairs(names) do slots[name] = num(caps[i]); busy[name] = num(ins[i]) end
     end
     load = {names, slots, busy}
@@ -33,10 +33,10 @@ end
 local function free_slots(group)
   local load = LOADS[group]
   local hold = load and load.hold
-  if hold == nil then hold = redis.call('HGET', NS .. 'hold', group) end
+  if hold == nil then hold = redis.call('HGET', NS .. KEY.group_hold, group) end
   if hold then
     if tonumber(hold) > NOW then return 0 end
-    redis.call('HDEL', NS .. 'hold', group)
+    redis.call('HDEL', NS .. KEY.group_hold, group)
   end
   local names, slots, busy = replica_load(group)
   LOADS[group].hold = false
@@ -60,7 +60,7 @@ local function choose_replica(group, pref, avoid)
   end
   local order = names
   if pref ~= '' then
-    local params = redis.call('HGET', NS .. 'route', group) or '0.25|0.375'
+    local params = redis.call('HGET', NS .. KEY.group_routing, group) or '0.25|0.375'
     local epsilon, floor = string.match(params, '^([^|]*)|(.*)$')
     local bound = math.ceil((1 + tonumber(epsilon)) * (total + 1) / math.max(1, serving) - 1e-9)
     order = {}

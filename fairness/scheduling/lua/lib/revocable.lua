@@ -3,10 +3,10 @@
 -- The slots a revocable borrower leaves free. None when no chat has come for SPARE_HOLD seconds
 -- (or the deployment keeps no reserve), so that redoable work fills the card and the first chat
 -- waits only for one slot to be given back. While chats come (the group admitted or queued a
--- request within its caps in that time, hash act), one, and one more each time a chat still had
--- to wait for a slot (more came at once than the spare, before a slot asked back returned), at
--- most the reserve; it shrinks back by one every SPARE_EASE seconds no chat waited. So the spare
--- follows how many chats really come at once, and idles no more slots than that.
+-- request within its caps in that time, hash chat_activity), one, and one more each time a chat
+-- still had to wait for a slot (more came at once than the spare, before a slot asked back
+-- returned), at most the reserve; it shrinks back by one every SPARE_EASE seconds no chat waited.
+-- So the spare follows how many chats really come at once, and idles no more slots than that.
 local SPARE_HOLD = 60
 local SPARE_EASE = 30
 
@@ -19,7 +19,7 @@ end
 
 local function spare(group)
   if RESERVE <= 0 then return 0 end
-  local act = redis.call('HMGET', NS .. 'act', group, group .. '|spare', group .. '|spare_at')
+  local act = redis.call('HMGET', NS .. KEY.chat_activity, group, group .. '|spare', group .. '|spare_at')
   local last = tonumber(act[1])
   if not (last and NOW - last < SPARE_HOLD) then return 0 end
   return eased(act[2], act[3])
@@ -27,20 +27,20 @@ end
 
 -- A request within its caps came while revocable leases ran: chats are coming.
 local function chat_came(group)
-  redis.call('HSET', NS .. 'act', group, string.format('%.3f', NOW))
+  redis.call('HSET', NS .. KEY.chat_activity, group, string.format('%.3f', NOW))
 end
 
 -- ... and it must wait for a slot. While chats come that means the spare was too small: one more
 -- from now on. (The first chat after a quiet spell waits for a slot to be given back by design.)
 local function chat_waits(group)
-  local act = redis.call('HMGET', NS .. 'act', group, group .. '|spare', group .. '|spare_at')
+  local act = redis.call('HMGET', NS .. KEY.chat_activity, group, group .. '|spare', group .. '|spare_at')
   local last = tonumber(act[1])
   local level = 1
   if RESERVE > 0 and last and NOW - last < SPARE_HOLD then
     level = math.min(RESERVE, eased(act[2], act[3]) + 1)
   end
   local at = string.format('%.3f', NOW)
-  redis.call('HSET', NS .. 'act', group, at, group .. '|spare', level, group .. '|spare_at', at)
+  redis.call('HSET', NS .. KEY.chat_activity, group, at, group .. '|spare', level, group .. '|spare_at', at)
 end
 
 -- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
@@ -48,19 +48,19 @@ end
 -- makes the group look full. `came`: a request within its caps was just granted (recorded only
 -- while revocable leases run: otherwise nothing is asked, and the grant costs no command more).
 local function ask_revocable(group, came)
-  if redis.call('ZCARD', NS .. 'rv:' .. group) == 0 then return end
+  if redis.call('ZCARD', NS .. KEY.revocable_leases .. group) == 0 then return end
   if came then chat_came(group) end
-  if redis.call('HEXISTS', NS .. 'hold', group) == 1 then return end
-  local wanted = redis.call('ZCARD', NS .. 'l3:' .. group) + spare(group) - free_slots(group)
-  local asked = num(redis.call('HGET', NS .. 'rvp', group))
+  if redis.call('HEXISTS', NS .. KEY.group_hold, group) == 1 then return end
+  local wanted = redis.call('ZCARD', NS .. KEY.eligible .. group) + spare(group) - free_slots(group)
+  local asked = num(redis.call('HGET', NS .. KEY.revocations_pending, group))
   for _ = 1, wanted - asked do
-    local handle = redis.call('ZRANGE', NS .. 'rv:' .. group, 0, 0, 'REV')[1]  -- the newest
+    local handle = redis.call('ZRANGE', NS .. KEY.revocable_leases .. group, 0, 0, 'REV')[1]  -- the newest
     if not handle then return end
-    redis.call('ZREM', NS .. 'rv:' .. group, handle)
-    local chan = redis.call('HGET', NS .. 'l:' .. handle, 'chan')
+    redis.call('ZREM', NS .. KEY.revocable_leases .. group, handle)
+    local chan = redis.call('HGET', NS .. KEY.lease .. handle, FIELD.channel)
     if chan then
-      redis.call('HSET', NS .. 'l:' .. handle, 'asked', 1)
-      hincr('rvp', group, 1)
+      redis.call('HSET', NS .. KEY.lease .. handle, FIELD.asked_back, 1)
+      hincr(KEY.revocations_pending, group, 1)
       redis.call('PUBLISH', chan, 'revoke|' .. handle)
     end
   end
@@ -70,6 +70,7 @@ end
 -- only the spare for a revocable one.
 local function may_borrow(member, free, group)
   if free - 1 >= RESERVE then return true end
-  return free - 1 >= spare(group) and redis.call('HGET', NS .. 't:' .. handle_of(member), 'rv') == '1'
+  return free - 1 >= spare(group)
+    and redis.call('HGET', NS .. KEY.ticket .. handle_of(member), FIELD.revocable) == '1'
 end
 

@@ -7,9 +7,9 @@ local function pump(group)
   if not anyone_waiting() then return end  -- (a slot that opens cannot take the spare away)
   for _ = 1, 1000 do
     local free = free_slots(group)
-    local member = free > 0 and head(NS .. 'l3:' .. group)
+    local member = free > 0 and head(NS .. KEY.eligible .. group)
     if free > 0 and not member then
-      member = head(NS .. 'b:' .. group)
+      member = head(NS .. KEY.borrower_heads .. group)
       if member and not may_borrow(member, free, group) then member = nil end
     end
     if not member then break end
@@ -39,11 +39,11 @@ end
 -- start of every call; waiting tickets call in every few seconds, so someone always does this.
 -- A dead holder's lease gives its budget reservation back: nobody will settle it.
 local function reap()
-  for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. 'lx', '-inf', NOW, 'LIMIT', 0, 100)) do
-    local l = redis.call('HMGET', NS .. 'l:' .. h, 'bres', 'best')
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. KEY.lease_expiry, '-inf', NOW, 'LIMIT', 0, 100)) do
+    local l = redis.call('HMGET', NS .. KEY.lease .. h, FIELD.budgets, FIELD.budget_estimate)
     if free(h) and l[1] then reserve_budgets(l[1], num(l[2]), -1) end
   end
-  for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. 'tx', '-inf', NOW, 'LIMIT', 0, 100)) do
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. KEY.ticket_expiry, '-inf', NOW, 'LIMIT', 0, 100)) do
     withdraw(h)
   end
 end

@@ -1,0 +1,74 @@
+"""The names the admission scripts and Python share, read from the Lua source: the key layout
+(state.lua's KEY and FIELD against keyspace.py's ADMISSION_ constants)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fairness.scheduling import admission
+from fairness.store import keyspace
+
+LUA = Path(admission.__file__).with_name("lua")
+SOURCES = sorted([*LUA.glob("*.lua"), *(LUA / "lib").glob("*.lua")])
+# In keyspace.py and the admission namespace, but no script's: they must not collide with the layout.
+PYTHON_ONLY = {"ADMISSION_NAMESPACE", "ADMISSION_BUDGETS_RESTORED"}
+
+
+def code(path: Path) -> str:
+    """The Lua source without its comments (they name tables and arguments in prose)."""
+    return re.sub(r"--[^\n]*", "", path.read_text())
+
+
+def lua_table(name: str) -> dict[str, str]:
+    """state.lua's `local <name> = {...}`: entry name -> its string."""
+    source = code(LUA / "lib" / "state.lua")
+    body = re.search(rf"^local {name} = \{{\n(.*?)^\}}", source, re.M | re.S)
+    assert body is not None, name
+    entries = re.findall(r"^\s*(\w+) = '([^']*)',\s*$", body.group(1), re.M)
+    assert len(entries) == len([line for line in body.group(1).splitlines() if line.strip()]), name
+    return dict(entries)
+
+
+KEY, FIELD = lua_table("KEY"), lua_table("FIELD")
+
+
+def python_names() -> tuple[dict[str, str], dict[str, str]]:
+    """keyspace.py's ADMISSION_<NAME> and ADMISSION_FIELD_<NAME>, by name as the Lua spells it."""
+    keys, fields = {}, {}
+    for name, value in vars(keyspace).items():
+        if name.startswith("ADMISSION_FIELD_"):
+            fields[name.removeprefix("ADMISSION_FIELD_").lower()] = value
+        elif name.startswith("ADMISSION_") and name not in PYTHON_ONLY:
+            keys[name.removeprefix("ADMISSION_").lower()] = value
+    return keys, fields
+
+
+def test_python_names_the_keys_and_fields_it_reads_as_the_scripts_do():
+    keys, fields = python_names()
+    assert keys and fields
+    assert keys.items() <= KEY.items()
+    assert fields.items() <= FIELD.items()
+
+
+def test_no_two_names_share_a_key_and_pythons_own_keys_are_apart():
+    assert len(set(KEY.values())) == len(KEY)
+    families = [suffix for suffix in KEY.values() if suffix.endswith(":")]
+    for name in PYTHON_ONLY - {"ADMISSION_NAMESPACE"}:
+        suffix = getattr(keyspace, name)
+        assert suffix not in KEY.values() and not any(suffix.startswith(f) for f in families), name
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_every_key_and_field_a_script_names_is_in_the_layout(path: Path):
+    # A name missing from the table reads nil: found only when that line runs.
+    source = code(path)
+    assert set(re.findall(r"\bKEY\.(\w+)", source)) <= KEY.keys()
+    assert set(re.findall(r"\bFIELD\.(\w+)", source)) <= FIELD.keys()
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_no_script_spells_a_key_suffix_itself(path: Path):
+    assert re.findall(r"NS \.\. '", code(path)) == []
