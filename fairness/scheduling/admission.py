@@ -49,9 +49,24 @@ from fairness.store.redis_lane import Command, RedisLane, first_error
 
 logger = logging.getLogger(__name__)
 
+Arg = str | int | float  # a script argument, as Redis takes it
+
 _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore")
 _LIB_PARTS = ("state", "replicas", "fair_share", "limits", "queue", "revocable", "upkeep")
+# The long entry scripts' own arguments, in order from ARGV[5] (ARGV[1..4] are every call's: see
+# _args). Named once, here: calls pass them by name, and each script reads them by name too
+# (ARGV[ACQUIRE.key]), from the Lua table library_head() makes of its tuple.
+ACQUIRE_ARGUMENTS = (
+    "handle", "key", "pool", "group", "key_cap", "pool_cap", "head_start", "borrow", "max_queued_per_key",
+    "enqueued_at", "deadline", "channel", "preference", "avoid", "moving", "report_unknown_capacity",
+    "association", "share", "fair_share_weight", "half_life", "estimate", "budgets", "rate_limits",
+    "revocable", "max_queued_per_tier", "max_queued_total", "completion", "repeated",
+)
+RELEASE_ARGUMENTS = ("handle", "association", "used", "estimate", "budgets", "rate_limits", "half_life")
+RETAKE_ARGUMENTS = ("handle", "key", "pool", "group", "replica", "borrowed", "enqueued_at")
+NAMED_ARGUMENTS = {"acquire": ACQUIRE_ARGUMENTS, "release": RELEASE_ARGUMENTS, "retake": RETAKE_ARGUMENTS}
+_FIRST_ARGUMENT = 5
 # Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
 _MAX_RETRY_AFTER = 30
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
@@ -94,8 +109,31 @@ class _Library(NamedTuple):
 
 
 def library_head() -> str:
-    """lua/lib/'s parts joined in their order: the helpers every entry script is registered after."""
-    return "".join((_LUA_DIR / "lib" / f"{part}.lua").read_text() for part in _LIB_PARTS)
+    """lua/lib/'s parts joined in their order, then the argument positions of the scripts that
+    take theirs by name: the helpers every entry script is registered after."""
+    parts = "".join((_LUA_DIR / "lib" / f"{part}.lua").read_text() for part in _LIB_PARTS)
+    return parts + "".join(_argument_table(script, names) for script, names in NAMED_ARGUMENTS.items())
+
+
+def _argument_table(script: str, names: tuple[str, ...]) -> str:
+    """`local ACQUIRE = {handle = 5, key = 6, ...}`: a local of the library, read by its script."""
+    if len(set(names)) != len(names) or not all(name.isidentifier() for name in names):
+        raise ValueError(f"{script}: argument names must be distinct identifiers: {names!r}")
+    positions = ", ".join(f"{name} = {at}" for at, name in enumerate(names, _FIRST_ARGUMENT))
+    return f"local {script.upper()} = {{{positions}}}\n"
+
+
+def _in_order(script: str, values: Mapping[str, Arg]) -> tuple[Arg, ...]:
+    """The script's arguments in the order it reads them. A missing or unknown name raises: the
+    script would read nil in its place, not fail."""
+    names = NAMED_ARGUMENTS[script]
+    try:
+        ordered = tuple([values[name] for name in names])
+    except KeyError as missing:
+        raise TypeError(f"{script}: missing argument {missing}") from None
+    if len(values) != len(names):
+        raise TypeError(f"{script}: unknown arguments {sorted(set(values) - set(names))}")
+    return ordered
 
 
 def _library() -> _Library:
@@ -417,19 +455,22 @@ class Admission:
                 future = asyncio.get_running_loop().create_future()
                 self._waiters[handle] = future  # before the script: its grant may come at once
                 in_redis = True
+                tier_bound, total_bound = self._queue_bounds(demand, bounded)
                 reply = await self._call(
-                    "acquire", handle, demand.key_id, demand.tier, demand.group,
-                    demand.per_key_cap, "" if demand.pool_cap is None else demand.pool_cap,
-                    demand.head_start_seconds, int(demand.borrow),
-                    demand.max_queued_per_key if bounded else -1, enqueued_at,
-                    deadline, self._channel, preference, demand.avoid, int(moving),
-                    int(self._on_unknown_group is not None and not stated),
-                    demand.association, repr(float(demand.share)), demand.fairshare_weight,
-                    self._half_life, demand.estimate, budget_spec(demand.budgets, self._clock()),
-                    rate_spec(demand.rate_limits), int(demand.revocable and demand.borrow),
-                    *self._queue_bounds(demand, bounded),
-                    demand.completion.spec() if demand.completion is not None and demand.budgets else "",
-                    repeat,
+                    "acquire", handle=handle, key=demand.key_id, pool=demand.tier, group=demand.group,
+                    key_cap=demand.per_key_cap, pool_cap="" if demand.pool_cap is None else demand.pool_cap,
+                    head_start=demand.head_start_seconds, borrow=int(demand.borrow),
+                    max_queued_per_key=demand.max_queued_per_key if bounded else -1, enqueued_at=enqueued_at,
+                    deadline=deadline, channel=self._channel, preference=preference, avoid=demand.avoid,
+                    moving=int(moving),
+                    report_unknown_capacity=int(self._on_unknown_group is not None and not stated),
+                    association=demand.association, share=repr(float(demand.share)),
+                    fair_share_weight=demand.fairshare_weight, half_life=self._half_life,
+                    estimate=demand.estimate, budgets=budget_spec(demand.budgets, self._clock()),
+                    rate_limits=rate_spec(demand.rate_limits), revocable=int(demand.revocable and demand.borrow),
+                    max_queued_per_tier=tier_bound, max_queued_total=total_bound,
+                    completion=demand.completion.spec() if demand.completion is not None and demand.budgets else "",
+                    repeated=repeat,
                 )
                 repeat = 1
                 state = Reply(int(reply[0]))
@@ -529,21 +570,25 @@ class Admission:
         self._stop_keeper_if_idle()
         demand = grant.demand
         release = self._eval(
-            "release", grant.lease_id, demand.association, charge, demand.estimate,
-            budget_spec(demand.budgets, self._clock()), rate_spec(demand.rate_limits), self._half_life,
+            "release", handle=grant.lease_id, association=demand.association, used=charge,
+            estimate=demand.estimate, budgets=budget_spec(demand.budgets, self._clock()),
+            rate_limits=rate_spec(demand.rate_limits), half_life=self._half_life,
         )
         await self._shielded(self._send(release, *also))
 
     def charge_command(self, association: str, amount: float) -> Command:
         """A fair-share charge on its own (negative: a refund); send it with `send`."""
-        return self._eval("release", "", association, amount, 0, "", "", self._half_life)
+        return self._eval(
+            "release", handle="", association=association, used=amount, estimate=0, budgets="", rate_limits="",
+            half_life=self._half_life,
+        )
 
     def settle_command(self, demand: Demand, used: float) -> Command:
         """What a release that failed did not charge: `used` weighted tokens, to the demand's
         association (less the estimate its grant charged) and budgets. Send it with `send`."""
         return self._eval(
-            "release", "", demand.association, used, demand.estimate,
-            budget_spec(demand.budgets, self._clock()), "", self._half_life,
+            "release", handle="", association=demand.association, used=used, estimate=demand.estimate,
+            budgets=budget_spec(demand.budgets, self._clock()), rate_limits="", half_life=self._half_life,
         )
 
     async def send(self, *commands: Command) -> list[Any]:
@@ -788,18 +833,25 @@ class Admission:
         logger.warning("%d lease(s) were missing at renewal; counting them again", len(grants))
         await self._send(*(
             self._eval(
-                "retake", g.lease_id, g.demand.key_id, g.demand.tier, g.demand.group, g.replica,
-                int(g.borrowed), g.enqueued_at,
+                "retake", handle=g.lease_id, key=g.demand.key_id, pool=g.demand.tier, group=g.demand.group,
+                replica=g.replica, borrowed=int(g.borrowed), enqueued_at=g.enqueued_at,
             )
             for g in grants
         ))
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _call(self, name: str, *args: str | int | float) -> Any:
-        return (await self._send(self._eval(name, *args)))[0]
+    async def _call(self, name: str, *args: Arg, **named: Arg) -> Any:
+        return (await self._send(self._eval(name, *args, **named)))[0]
 
-    def _eval(self, name: str, *args: str | int | float) -> Command:
+    def _eval(self, name: str, *args: Arg, **named: Arg) -> Command:
+        """The call of script `name`: its arguments by name if NAMED_ARGUMENTS has it, else in order."""
+        if name in NAMED_ARGUMENTS:
+            if args:
+                raise TypeError(f"{name} takes its arguments by name")
+            args = _in_order(name, named)
+        elif named:
+            raise TypeError(f"{name} takes its arguments in order")
         return ("FCALL", _LIBRARY.functions[name], 1, self._ns, *self._args(*args))
 
     async def _send(self, *commands: Command) -> list[Any]:
@@ -820,7 +872,7 @@ class Admission:
             raise error
         return replies
 
-    def _args(self, *args: str | int | float) -> list[str | int | float]:
+    def _args(self, *args: Arg) -> list[Arg]:
         return [self._clock(), self._ttl, self._ticket_ttl, self._reserve, *args]
 
     async def _shielded(self, call: Coroutine[Any, Any, Any]) -> Any:

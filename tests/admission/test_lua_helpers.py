@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from fairness.scheduling.admission import Reply, library_head
+from fairness.scheduling.admission import NAMED_ARGUMENTS, Reply, library_head
 from tests.admission.test_lua_names import FIELD, KEY
 from tests.redis_server import PrivateRedis
 
@@ -20,7 +20,7 @@ ENTRIES = {
                     "return out",
     # ARGV[5]: which name table; flat {name, value, ...}
     "name_table": """
-        local t = ({KEY = KEY, FIELD = FIELD})[ARGV[5]]
+        local t = ({KEY = KEY, FIELD = FIELD, ACQUIRE = ACQUIRE, RELEASE = RELEASE, RETAKE = RETAKE})[ARGV[5]]
         local out = {}
         for name, value in pairs(t) do out[#out + 1] = name; out[#out + 1] = value end
         return out""",
@@ -76,6 +76,8 @@ def test_the_library_holds_the_names_the_source_is_read_for(lua):
 
     assert table("KEY") == {name: suffix.encode() for name, suffix in KEY.items()}
     assert table("FIELD") == {name: field.encode() for name, field in FIELD.items()}
+    for script, names in NAMED_ARGUMENTS.items():
+        assert table(script.upper()) == {name: at for at, name in enumerate(names, 5)}
 
 
 def test_the_completion_limit_is_what_the_tightest_budget_leaves(lua):

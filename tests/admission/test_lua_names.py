@@ -1,5 +1,6 @@
 """The names the admission scripts and Python share, read from the Lua source: the key layout
-(state.lua's KEY and FIELD against keyspace.py's ADMISSION_ constants)."""
+(state.lua's KEY and FIELD against keyspace.py's ADMISSION_ constants), and the long entry
+scripts' arguments (admission.py's tuples against what each script reads)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairness.scheduling import admission
+from fairness.scheduling.admission import ACQUIRE_ARGUMENTS, NAMED_ARGUMENTS
 from fairness.store import keyspace
 
 LUA = Path(admission.__file__).with_name("lua")
@@ -72,3 +74,32 @@ def test_every_key_and_field_a_script_names_is_in_the_layout(path: Path):
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_no_script_spells_a_key_suffix_itself(path: Path):
     assert re.findall(r"NS \.\. '", code(path)) == []
+
+
+@pytest.mark.parametrize("script", sorted(NAMED_ARGUMENTS))
+def test_a_script_that_takes_named_arguments_reads_each_by_name(script: str):
+    source = code(LUA / f"{script}.lua")
+    assert [n for n in map(int, re.findall(r"ARGV\[(\d+)\]", source)) if n >= 5] == []
+    # Each name it reads is passed, and each passed is read (a misspelt name would read nil).
+    assert set(re.findall(rf"\b{script.upper()}\.(\w+)", source)) == set(NAMED_ARGUMENTS[script])
+    header = re.match(r"(?:--[^\n]*\n)+", (LUA / f"{script}.lua").read_text())
+    assert header is not None
+    assert [name for name in NAMED_ARGUMENTS[script] if not re.search(rf"\b{name}\b", header.group())] == []
+
+
+@pytest.mark.parametrize("script", sorted(NAMED_ARGUMENTS))
+def test_the_library_numbers_each_scripts_arguments_from_five(script: str):
+    table = re.search(rf"^local {script.upper()} = \{{(.*)\}}$", admission.library_head(), re.M)
+    assert table is not None
+    assert dict(re.findall(r"(\w+) = (\d+)", table.group(1))) == {
+        name: str(at) for at, name in enumerate(NAMED_ARGUMENTS[script], 5)
+    }
+
+
+def test_a_missing_or_unknown_argument_name_fails_before_redis():
+    values = {name: 0 for name in ACQUIRE_ARGUMENTS}
+    assert admission._in_order("acquire", values) == (0,) * len(ACQUIRE_ARGUMENTS)
+    with pytest.raises(TypeError, match="missing argument 'moving'"):
+        admission._in_order("acquire", {k: v for k, v in values.items() if k != "moving"})
+    with pytest.raises(TypeError, match="unknown arguments \\['movng'\\]"):
+        admission._in_order("acquire", {**values, "movng": 1})

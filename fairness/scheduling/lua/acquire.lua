@@ -1,26 +1,38 @@
 -- acquire.lua: take a lease at once if the demand is admissible, else queue a ticket.
 -- KEYS[1]  namespace;  ARGV[1..4] now, lease ttl, ticket ttl, reserve (see lib/state.lua)
--- ARGV[5]  handle (the future lease id)     ARGV[6] key id    ARGV[7] pool (tier)   ARGV[8] group
--- ARGV[9]  key cap    ARGV[10] pool cap ("" = none)    ARGV[11] head start (s)   ARGV[12] borrow 0/1
--- ARGV[13] max queued per key (-1 = no limit)    ARGV[14] enqueued_at    ARGV[15] deadline
--- ARGV[16] pub/sub channel of the caller's process, where its later grant is announced
--- ARGV[17] replica preference ("a,b", or "")    ARGV[18] replica to avoid (or "")
--- ARGV[19] 1 = moving: the handle's lease (whose replica failed the request) is given back and
---          the request queued again in its old place; 0 = a new request
--- ARGV[20] 1 = answer {-2} when the group's capacity is unknown (Redis lost it), 0 = queue anyway
--- ARGV[21] association charged ("" = none)   ARGV[22] its normalised share S
--- ARGV[23] the tier's fair-share weight (s)   ARGV[24] usage half-life (s)
--- ARGV[25] the request's estimated weighted tokens, charged to the association when granted
--- ARGV[26] budgets "field~ttl~limit,..." (lib/limits.lua): refused when one is used up, else the
---          estimate is reserved in each    ARGV[27] rate limits "name~per_minute~tokens,..."
--- ARGV[28] 1 = revocable: a borrowed grant may take the reserve but a spare slot, and is asked
---          back when needed (lib/revocable.lua); granted within its caps, it is no chat that wants a spare
--- ARGV[29] max queued in the pool (tier) across its keys (-1 = no limit)
--- ARGV[30] max queued in the namespace, every tier and group together (-1 = no limit)
--- ARGV[31] with budgets, its completion "prompt~weight~most~least" (lib/limits.lua completion_room), or
---          "": the estimate becomes its weighted prompt and the completion limit its budgets
---          leave, and that is what is reserved, charged and answered (a limit below least: {over_budget})
--- ARGV[32] 1 = a repeated call for this handle (it may hold a ticket or lease already), 0 = first
+-- ARGV[ACQUIRE.<name>], in the order of admission.py's ACQUIRE_ARGUMENTS from ARGV[5]:
+--   handle                   the future lease id
+--   key, pool, group         key id, pool (tier), capacity group
+--   key_cap, pool_cap        the key's cap; the pool's ("" = none)
+--   head_start               head start (s)
+--   borrow                   1 = it may borrow idle slots beyond its caps, 0 = not
+--   max_queued_per_key       max queued per key (-1 = no limit)
+--   enqueued_at, deadline    its place in line; when its ticket leaves the queue
+--   channel                  pub/sub channel of the caller's process, where its later grant is announced
+--   preference, avoid        replica preference ("a,b", or ""); replica to avoid (or "")
+--   moving                   1 = the handle's lease (whose replica failed the request) is given back and
+--                            the request queued again in its old place; 0 = a new request
+--   report_unknown_capacity  1 = answer {capacity_unknown} when the group's capacity is unknown (Redis
+--                            lost it), 0 = queue anyway
+--   association, share       association charged ("" = none); its normalised share S
+--   fair_share_weight        the tier's fair-share weight (s)
+--   half_life                usage half-life (s)
+--   estimate                 the request's estimated weighted tokens, charged to the association when
+--                            granted
+--   budgets                  "field~ttl~limit,..." (lib/limits.lua): refused when one is used up, else the
+--                            estimate is reserved in each
+--   rate_limits              "name~per_minute~tokens,..."
+--   revocable                1 = a borrowed grant may take the reserve but a spare slot, and is asked back
+--                            when needed (lib/revocable.lua); granted within its caps, it is no chat that
+--                            wants a spare
+--   max_queued_per_tier      max queued in the pool (tier) across its keys (-1 = no limit)
+--   max_queued_total         max queued in the namespace, every tier and group together (-1 = no limit)
+--   completion               with budgets, its completion "prompt~weight~most~least" (lib/limits.lua
+--                            completion_room), or "": the estimate becomes its weighted prompt and the
+--                            completion limit its budgets leave, and that is what is reserved, charged and
+--                            answered (a limit below least: {over_budget})
+--   repeated                 1 = a repeated call for this handle (it may hold a ticket or lease already),
+--                            0 = the first
 -- Returns, first the state (lib/state.lua's REPLY; admission.py's Reply):
 --          {granted, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no
 --              message is published); budget left: the least any of its budgets has left after
@@ -32,20 +44,24 @@
 --          {queue_full, retry_after_seconds, bound}  the key ('key'), its tier ('tier') or
 --              everyone ('total') already has max queued tickets
 --          {capacity_unknown}                  the group's capacity is unknown: state it, call again
-local handle, key, pool, group = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local key_cap, pool_cap, head_start, borrow = ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12]
-local max_queued, enq, deadline = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local pref, avoid = ARGV[17], ARGV[18]
-local revocable = ARGV[28] == '1'
+local handle, key = ARGV[ACQUIRE.handle], ARGV[ACQUIRE.key]
+local pool, group = ARGV[ACQUIRE.pool], ARGV[ACQUIRE.group]
+local key_cap, pool_cap = ARGV[ACQUIRE.key_cap], ARGV[ACQUIRE.pool_cap]
+local head_start, borrow = tonumber(ARGV[ACQUIRE.head_start]), ARGV[ACQUIRE.borrow]
+local max_queued, enq = tonumber(ARGV[ACQUIRE.max_queued_per_key]), tonumber(ARGV[ACQUIRE.enqueued_at])
+local deadline, chan = tonumber(ARGV[ACQUIRE.deadline]), ARGV[ACQUIRE.channel]
+local pref, avoid = ARGV[ACQUIRE.preference], ARGV[ACQUIRE.avoid]
+local assoc, moving = ARGV[ACQUIRE.association], ARGV[ACQUIRE.moving] == '1'
+local revocable = ARGV[ACQUIRE.revocable] == '1'
 QUIET = handle
 -- The dead's leases and tickets are reaped when this call needs a slot or a place in line (below),
 -- or when its budgets would refuse or limit it (a dead lease's reservation comes back).
-if ARGV[20] == '1' and #replicas_of(group) == 0
+if ARGV[ACQUIRE.report_unknown_capacity] == '1' and #replicas_of(group) == 0
     and redis.call('HEXISTS', NS .. KEY.group_capacity, group) == 0 then
   return {REPLY.capacity_unknown}
 end
-if ARGV[19] == '1' then free(handle, true) end
-state_fair_share(ARGV[21], ARGV[22], ARGV[24])
+if moving then free(handle, true) end
+state_fair_share(assoc, ARGV[ACQUIRE.share], ARGV[ACQUIRE.half_life])
 
 -- The latest demand states the caps; a changed cap changes who is eligible.
 if redis.call('HGET', NS .. KEY.key_cap, key) ~= key_cap then
@@ -60,7 +76,7 @@ end
 pump_dirty()
 
 -- A retried call (same handle) must not queue or take twice.
-if ARGV[32] == '1' then
+if ARGV[ACQUIRE.repeated] == '1' then
   local existing = redis.call('HGET', NS .. KEY.ticket .. handle, FIELD.member)
   if existing then return {REPLY.queued, existing} end
   local leased = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.borrowed, FIELD.enqueued_at,
@@ -72,14 +88,15 @@ end
 
 -- Rate limits and budgets, for a new request (a moved one was admitted already): checked now,
 -- applied once it is sure to be granted or queued.
-local budgets, estimate, moving = ARGV[26], num(ARGV[25]), ARGV[19] == '1'
+local budgets, estimate = ARGV[ACQUIRE.budgets], num(ARGV[ACQUIRE.estimate])
 local apply_rates, read, limit = nil, {}, ''
-local estimated = ARGV[25]
+local estimated = ARGV[ACQUIRE.estimate]
 if not moving then
   if budgets ~= '' then
     -- The request runs on no more than its budgets leave, so concurrent ones cannot overspend.
     -- Returns the budget refusing it, or nil and its estimate and completion limit (nil: no ask).
-    local asked = (ARGV[31] or '') ~= '' and ARGV[31] or nil
+    local completion = ARGV[ACQUIRE.completion]
+    local asked = (completion or '') ~= '' and completion or nil
     local function judge()
       read = read_budgets(budgets)
       local over = over_budget(read)
@@ -104,8 +121,9 @@ if not moving then
     estimate = judged
     if granted then estimated, limit = string.format('%.17g', estimate), string.format('%.0f', granted) end
   end
-  if ARGV[27] ~= '' then
-    local refused, wait_or_apply = check_rates(ARGV[27], estimate)
+  local rate_limits = ARGV[ACQUIRE.rate_limits]
+  if rate_limits ~= '' then
+    local refused, wait_or_apply = check_rates(rate_limits, estimate)
     if refused then return {REPLY.rate_limited, refused, string.format('%.3f', wait_or_apply)} end
     apply_rates = wait_or_apply
   end
@@ -138,8 +156,8 @@ local function at_once()
   if not borrowed then return nil end
   local left = admit_limits()
   local replica = choose_replica(group, pref, avoid)
-  take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, ARGV[21], estimated, budgets, revocable,
-    ARGV[16])
+  take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, assoc, estimated, budgets, revocable,
+    chan)
   ask_revocable(group, borrowed == 0 and not revocable)  -- the spare may be gone now
   return {REPLY.granted, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
 end
@@ -184,7 +202,8 @@ end
 -- requests (each one an open connection) than the gateway has connections. A request within its
 -- caps while redoable work borrows the group's slots is not bound by them: a slot is given back
 -- for it at once (below), so it waits no longer than that.
-local tier_max, total_max = tonumber(ARGV[29]), tonumber(ARGV[30])
+local tier_max = tonumber(ARGV[ACQUIRE.max_queued_per_tier])
+local total_max = tonumber(ARGV[ACQUIRE.max_queued_total])
 -- (Leases asked back and not yet returned count: they give a slot back too.)
 local revocable_running = redis.call('ZCARD', NS .. KEY.revocable_leases .. group) > 0
   or num(redis.call('HGET', NS .. KEY.revocations_pending, group)) > 0
@@ -206,8 +225,8 @@ end
 -- (Not for work that can be redone itself: a batch key's own requests within its caps.)
 if revocable_running and not revocable and key_open(key) and pool_open(pool) then chat_waits(group) end
 local left = admit_limits()
-local member = enqueue(handle, key, pool, group, enq, head_start, borrow, ARGV[16], deadline, pref,
-  avoid, ARGV[21], ARGV[23], estimated, budgets, revocable)
+local member = enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref,
+  avoid, assoc, ARGV[ACQUIRE.fair_share_weight], estimated, budgets, revocable)
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {REPLY.granted, g[1], string.format('%.6f', g[2]), g[3], left, limit} end

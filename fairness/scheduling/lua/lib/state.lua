@@ -4,7 +4,8 @@
 -- admission.py loads them once as the head of a Redis function library, and registers each entry
 -- script as a function of it that calls begin(KEYS, ARGV) first, so the contract below holds for
 -- all of them. (Loaded once, the helpers' closures are not built again on every call, as a
--- script's would be.)
+-- script's would be.) After the parts it adds each long entry script's argument positions
+-- (ACQUIRE, RELEASE, RETAKE: ARGV[ACQUIRE.key]), from the names admission.py passes them by.
 --
 -- KEYS[1]  namespace, e.g. "gp:{adm}:". Every key touched is KEYS[1] .. suffix, so all of them
 --          share the {adm} hash tag (one Redis Cluster slot); KEYS[1] routes the call there.
