@@ -28,6 +28,7 @@ import hashlib
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -145,7 +146,46 @@ def _library() -> _Library:
     for entry, source in entries.items():
         code += [f"redis.register_function('{functions[entry]}', function(KEYS, ARGV)",
                  "begin(KEYS, ARGV)", source, "end)"]
-    return _Library("\n".join(code), functions)
+    return _Library(resolve_names("\n".join(code), lua_names()), functions)
+
+
+# The scripts spell keys, fields and arguments by name (NS .. KEY.in_flight_by_key,
+# ARGV[ACQUIRE.moving]); loading writes each name's value in its place, so a call pays no table
+# lookup for them. The tables stay in the library, as the documentation of the layout.
+_NAMED = re.compile(r"\b(KEY|FIELD|ACQUIRE|RELEASE|RETAKE)\.([A-Za-z_]\w*)")
+_LUA_ENTRY = re.compile(r"^\s*(\w+) = '([^']*)',?\s*(?:--.*)?$")
+
+
+def lua_names() -> dict[str, dict[str, str]]:
+    """Each named table's entries as Lua literals: state.lua's KEY and FIELD, and the argument
+    positions of the scripts that take theirs by name."""
+    state = (_LUA_DIR / "lib" / "state.lua").read_text()
+    tables: dict[str, dict[str, str]] = {}
+    for table in ("KEY", "FIELD"):
+        body = re.search(rf"^local {table} = \{{\n(.*?)^\}}", state, re.M | re.S)
+        if body is None:
+            raise ValueError(f"state.lua defines no {table} table")
+        entries = [_LUA_ENTRY.match(line) for line in body.group(1).splitlines() if line.strip()]
+        tables[table] = {m.group(1): f"'{m.group(2)}'" for m in entries if m}
+    for script, names in NAMED_ARGUMENTS.items():
+        tables[script.upper()] = {name: str(at) for at, name in enumerate(names, _FIRST_ARGUMENT)}
+    return tables
+
+
+def resolve_names(source: str, tables: dict[str, dict[str, str]]) -> str:
+    """`source` with every TABLE.name in its code (not its comments) replaced by its value. An
+    unknown name raises: in Lua it would read nil, and the script would go on with it."""
+    def value(match: re.Match[str]) -> str:
+        table, name = match.groups()
+        if name not in tables[table]:
+            raise ValueError(f"the admission scripts use {table}.{name}, which {table} does not define")
+        return tables[table][name]
+
+    lines = []
+    for line in source.splitlines():
+        code, dashes, comment = line.partition("--")
+        lines.append(_NAMED.sub(value, code) + dashes + comment)
+    return "\n".join(lines)
 
 
 _LIBRARY = _library()

@@ -103,3 +103,21 @@ def test_a_missing_or_unknown_argument_name_fails_before_redis():
         admission._in_order("acquire", {k: v for k, v in values.items() if k != "moving"})
     with pytest.raises(TypeError, match="unknown arguments \\['movng'\\]"):
         admission._in_order("acquire", {**values, "movng": 1})
+
+
+def test_loading_writes_each_names_value_in_its_place():
+    # So a call pays no table lookup; the names stay in the comments and the documenting tables.
+    library = admission._LIBRARY.code
+    code_only = "\n".join(line.partition("--")[0] for line in library.splitlines())
+    assert re.findall(r"\b(?:KEY|FIELD|ACQUIRE|RELEASE|RETAKE)\.\w+", code_only) == []
+    assert "NS .. 'kin'" in library and f"ARGV[{5 + ACQUIRE_ARGUMENTS.index('moving')}]" in library
+    assert admission.lua_names()["KEY"] == {name: f"'{value}'" for name, value in KEY.items()}
+
+
+def test_a_name_no_table_defines_fails_at_load_not_in_a_call():
+    names = admission.lua_names()
+    assert admission.resolve_names("x = NS .. KEY.in_flight_by_key  -- KEY.anything", names) == (
+        "x = NS .. 'kin'  -- KEY.anything"
+    )
+    with pytest.raises(ValueError, match="KEY.in_flight_by_kye"):
+        admission.resolve_names("x = NS .. KEY.in_flight_by_kye", names)
