@@ -25,6 +25,7 @@ from bench import load, measures, report
 from bench.harness import EngineSpec, Portal, portal
 from bench.load import Call, Target
 from bench.phases import wait_engine_idle
+from fairness.store import keyspace
 
 USERS = ("alice", "bob", "dave", "erin", "frank", "grace")
 PER_USER = 6  # outstanding per key: its cap (2) running, four more queued
@@ -120,7 +121,7 @@ async def run_mode(p: Portal, cfg: Any, slots: int, head_start: float) -> dict[s
         "engine_waiting_mean": (sum(s["waiting"] for s in window) / len(window)) if window else None,
         "engine_running_mean": (sum(s["running"] for s in window) / len(window)) if window else None,
         "peak_admitted": measures.peaks_by_client(calls, "headers_at", t1),
-        "gateway_peak_in_flight_per_key": _peaks(admission, "kin", names),
+        "gateway_peak_in_flight_per_key": _peaks(admission, keyspace.ADMISSION_IN_FLIGHT_BY_KEY, names),
         "gateway_peak_queued_per_tier": _peaks(admission, "pq", {}),
     }
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from fairness.store import keyspace
+
 QUEUED_HEADER = "x-gpuportal-queued-ms"
 Body = dict[str, Any]
 
@@ -229,7 +231,11 @@ async def engine_stats(client: httpx.AsyncClient, engine_url: str) -> dict[str, 
     return result
 
 
-ADMISSION_COUNTERS = ("gin", "gq", "kin", "kq", "pin", "pbin", "pq")
+ADMISSION_COUNTERS = (
+    keyspace.ADMISSION_IN_FLIGHT_BY_GROUP, keyspace.ADMISSION_QUEUED_BY_GROUP, keyspace.ADMISSION_IN_FLIGHT_BY_KEY,
+    keyspace.ADMISSION_QUEUED_BY_KEY, keyspace.ADMISSION_IN_FLIGHT_BY_POOL, keyspace.ADMISSION_BORROWED_BY_POOL,
+    keyspace.ADMISSION_QUEUED_BY_POOL,
+)
 
 
 async def admission_counts(client: Any, prefix: str) -> dict[str, dict[str, int]]:
@@ -301,10 +307,10 @@ async def lease_audit(redis_url: str, prefix: str, settle: float = 10.0,
     client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
     ns = f"{prefix}:{{adm}}:"
     try:
-        before = dict(await client.zrange(ns + "lx", 0, -1, withscores=True))
+        before = dict(await client.zrange(ns + keyspace.ADMISSION_LEASE_EXPIRY, 0, -1, withscores=True))
         await asyncio.sleep(renew_window)
-        after = dict(await client.zrange(ns + "lx", 0, -1, withscores=True))
-        leases = [await client.hgetall(ns + "l:" + h) for h in list(after)[:10]]
+        after = dict(await client.zrange(ns + keyspace.ADMISSION_LEASE_EXPIRY, 0, -1, withscores=True))
+        leases = [await client.hgetall(ns + keyspace.ADMISSION_LEASE + h) for h in list(after)[:10]]
     finally:
         await client.aclose()
     renewed = sum(1 for h, at in after.items() if h in before and at > before[h])

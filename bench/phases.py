@@ -21,6 +21,7 @@ import httpx
 from bench import load, measures
 from bench.flood import Flood
 from bench.load import Call, Target
+from fairness.store import keyspace
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,7 @@ def admission_summary(out: Outcome, names: dict[str, str]) -> dict[str, Any]:
 
     return {
         "samples": len(out.admission),
-        "peak_in_flight_per_key": peak("kin"),
+        "peak_in_flight_per_key": peak(keyspace.ADMISSION_IN_FLIGHT_BY_KEY),
         "peak_queued_per_key": peak("kq"),
         "peak_in_flight_per_tier": peak("pin"),
         "peak_borrowed_per_tier": peak("pbin"),

@@ -38,6 +38,14 @@ ADMISSION_FIELD_BUDGET_SETTLED = "u"
 # string, set once the database's budget counts have been added back after Redis lost them
 # (telemetry/budget_status.py); Python's own: no script reads it
 ADMISSION_BUDGETS_RESTORED = "bok"
+# the counters the benchmarks watch: in flight per group and pool, borrowed per pool, queued per
+# group and pool; and the zset of leases by expiry
+ADMISSION_IN_FLIGHT_BY_GROUP = "gin"
+ADMISSION_IN_FLIGHT_BY_POOL = "pin"
+ADMISSION_BORROWED_BY_POOL = "pbin"
+ADMISSION_QUEUED_BY_GROUP = "gq"
+ADMISSION_QUEUED_BY_POOL = "pq"
+ADMISSION_LEASE_EXPIRY = "lx"
 # the rest only tests read, to check the scripts' work (state.lua documents them)
 ADMISSION_CHAT_ACTIVITY = "act"
 ADMISSION_HEAD_INDEX = "idx"
