@@ -24,6 +24,10 @@ PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker"}
 # Modules (or their folder's conftest.py) that start processes themselves, without those fixtures.
 PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
                    "private_redis(", "Popen(")
+# Fixtures that give a test the database: such a test is marked `database`, and the suite's
+# PostgreSQL pass runs those alone (the rest ran on SQLite already and do not depend on it).
+DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",
+                     "django_db_serialized_rollback"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,8 +38,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             conftest = path.with_name("conftest.py")
             text = path.read_text() + (conftest.read_text() if conftest.is_file() else "")
             sources[path] = any(needle in text for needle in PROCESS_MODULES)
-        if sources[path] or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if sources[path] or PROCESS_FIXTURES & fixtures:
             item.add_marker(pytest.mark.process)
+        if DATABASE_FIXTURES & fixtures or item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.database)
 
 
 # Before any test or fixture runs: nothing in this process reaches past loopback.
