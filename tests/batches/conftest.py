@@ -15,9 +15,10 @@ from tests.gateway_process import GatewayProcess
 from tests.polling import wait_for
 from tests.worker_process import WorkerProcess
 
-# Short, so a killed runner's batch is taken over quickly and slices end within a test.
+# Short, so a killed runner's batch is taken over quickly (its claim, and the engine slots its
+# leases held, come free within seconds) and slices end within a test.
 RUNNER_ENV = {"GP_BATCH_POLL_SECONDS": "0.5", "GP_BATCH_CLAIM_SECONDS": "3", "GP_BATCH_SLICE_SECONDS": "8",
-              "GP_USAGE_FLUSH_SECONDS": "0.5", "GP_POLL_SECONDS": "1"}
+              "GP_LEASE_TTL_SECONDS": "6", "GP_USAGE_FLUSH_SECONDS": "0.5", "GP_POLL_SECONDS": "1"}
 
 
 @pytest.fixture(scope="session")
