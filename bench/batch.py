@@ -379,8 +379,8 @@ def worker_env(p: Portal, extra: dict[str, str]) -> dict[str, str]:
 def run_all(cfg: Config) -> dict[str, Any]:
     from bench.harness import LOGS
     from enginesim.process import pick_free_port
-    from tests.polling import wait_for
-    from tests.worker_process import WorkerProcess
+    from tests.support.polling import wait_for
+    from tests.support.worker_process import WorkerProcess
 
     files_dir = Path(setup_django(cfg.redis_url).tmpdir) / "batch-files"
     files_dir.mkdir(exist_ok=True)

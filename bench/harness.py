@@ -243,7 +243,7 @@ class Portal:
     model: str
     members: dict[str, Member]
     engines: list[EngineSimProcess]
-    gateways: list[Any]  # tests.gateway_process.GatewayProcess
+    gateways: list[Any]  # tests.support.gateway_process.GatewayProcess
     redis_url: str
     database_url: str
     notes: list[str] = field(default_factory=list)
@@ -273,7 +273,7 @@ class Portal:
 
 
 def _start_gateway(env: Mapping[str, str], name: str) -> Any:
-    from tests.gateway_process import GatewayProcess
+    from tests.support.gateway_process import GatewayProcess
 
     LOGS.mkdir(parents=True, exist_ok=True)
     port = pick_free_port()
@@ -334,7 +334,7 @@ def portal(
             stack.callback(gateway.stop)
             procs.append(gateway)
         if worker:
-            from tests.worker_process import WorkerProcess
+            from tests.support.worker_process import WorkerProcess
 
             LOGS.mkdir(parents=True, exist_ok=True)
             process = WorkerProcess(env, LOGS / f"worker-{pick_free_port()}.log")

@@ -55,10 +55,10 @@ def _run(tree: Path, env: Mapping[str, str], *args: str) -> str:
 @contextlib.contextmanager
 def baseline_gateway(tree: Path, *, workdir: str, redis_url: str, tier: Mapping[str, Any],
                      replicas: Sequence[tuple[str, str, int]], keys: Mapping[str, str]) -> Iterator[Any]:
-    """The earlier tree's gateway (a tests.gateway_process.GatewayProcess), its ``keys``
+    """The earlier tree's gateway (a tests.support.gateway_process.GatewayProcess), its ``keys``
     (username -> secret) the same secrets as ours. ``replicas``: (model, engine URL, slots) for
     each engine it should serve."""
-    from tests.gateway_process import GatewayProcess
+    from tests.support.gateway_process import GatewayProcess
 
     if not (tree / "manage.py").exists():
         raise SystemExit(f"--baseline {tree}: not a checkout of this project (no manage.py)")

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from tests import flush_retry, network_guard
-from tests.gateway_process import GatewayProcess, database_url
+from tests.support import flush_retry, network_guard
+from tests.support.gateway_process import GatewayProcess, database_url
 
 # Fixtures that start processes (or a database that processes share): a test that uses any of them,
 # however indirectly, is marked `process`, so `make test-quick` can leave it out.
@@ -166,7 +166,7 @@ def start_gateway(db_url: str, name: str = "gateway", **extra: str) -> GatewayPr
 @pytest.fixture
 def worker(live_db_url: str, redis_url: str, transactional_db):
     """A real Celery worker with beat, over the test database and Redis."""
-    from tests.worker_process import WorkerProcess
+    from tests.support.worker_process import WorkerProcess
 
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     env = gateway_env(live_db_url, GP_USAGE_FLUSH_SECONDS="0.5", GP_POLL_SECONDS="0.5", GP_FAIRSHARE_SAVE_SECONDS="0.5")

@@ -18,7 +18,7 @@ from fairness.actions.audit import Actor, command_line_actor
 from fairness.actions.tokens import issue_admin_token
 from fairness.models import AdminToken, AuditEntry
 from tests.conftest import gateway_env
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

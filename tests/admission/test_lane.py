@@ -11,8 +11,8 @@ from redis.exceptions import AuthenticationError, ConnectionError, NoScriptError
 
 from fairness.store.redis_lane import RedisLane
 from tests.conftest import free_port
-from tests.polling import async_wait_for
-from tests.redis_server import PrivateRedis
+from tests.support.polling import async_wait_for
+from tests.support.redis_server import PrivateRedis
 
 
 @pytest.fixture

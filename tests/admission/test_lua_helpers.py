@@ -11,7 +11,7 @@ import redis
 
 from fairness.scheduling.admission import NAMED_ARGUMENTS, Reply, library_head
 from tests.admission.test_lua_names import FIELD, KEY
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 # Each entry runs after begin(KEYS, ARGV), as admission's own do; ARGV[5..] are its arguments.
 ENTRIES = {

@@ -14,7 +14,7 @@ import redis.asyncio as aredis
 from fairness.scheduling.admission import Admission
 from fairness.scheduling.limits import BudgetWindow, RateLimit
 from tests.admission.conftest import GROUP, alice, carol, like
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 REQUESTS = 50
 

@@ -11,7 +11,7 @@ import redis.asyncio as aredis
 
 from fairness.scheduling.admission import RESTART_HOLD_SECONDS, Admission
 from tests.admission.conftest import alice, bob, eventually, like
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway
-from tests.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess
 
 FILE_LIMIT = 202 * 1024 * 1024
 FILES_PER_USER = 5

@@ -14,7 +14,7 @@ import pytest
 
 from fairness.models import BatchFile
 from tests.batch_files.conftest import BODY_TIMEOUT, FILE_LIMIT, FILES_PER_USER, files_on_disk, jsonl
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 MiB = 1024 * 1024
 FIRST_LINE = b'{"custom_id": "0", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'

@@ -18,8 +18,8 @@ from tests.batch_files.conftest import files_on_disk, jsonl
 from tests.batch_files.test_hostile_input import upload
 from tests.batch_files.test_limits import FIRST_LINE, _send_chunk, _start_streaming_upload, answer_before_the_body
 from tests.conftest import start_gateway
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
 
 FILES = 4
 QUOTA = 40 * 1024

@@ -1,5 +1,5 @@
 """The batch pages in headless Chromium at desktop and phone width: nothing scrolls sideways,
-axe-core finds nothing (tests/browser_checks.py), the progress reads out, a cancel goes through
+axe-core finds nothing (tests/support/browser_checks.py), the progress reads out, a cancel goes through
 its confirmation, and the capacity page follows the batch work queued without a reload."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fairness.models import AuditEntry, Batch, BatchLine, BatchStatus
 from tests.batch_pages.conftest import carol_key, make_batch, stored_file
 from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD, sign_in
 from tests.browser_admin.test_staff_pages_browser import TABLE_OVERFLOW, sign_in_as_staff
-from tests.browser_checks import check_page
-from tests.polling import wait_for
+from tests.support.browser_checks import check_page
+from tests.support.polling import wait_for
 
 CAROL_PASSWORD = "carol's long password"
 User = get_user_model()

@@ -11,9 +11,9 @@ import pytest
 
 from tests.batch_files.conftest import empty_storage
 from tests.conftest import LOG_DIR, free_port, gateway_env, start_gateway
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
-from tests.worker_process import WorkerProcess
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
+from tests.support.worker_process import WorkerProcess
 
 # Short, so a killed runner's batch is taken over quickly (its claim, and the engine slots its
 # leases held, come free within seconds) and slices end within a test.

@@ -17,7 +17,7 @@ from django.utils import timezone
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import ApiKey, Batch, Replica
 from tests.batches.conftest import output_lines, wait_for_status
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 ENDED = {"completed", "failed", "expired", "cancelled"}
 

@@ -7,7 +7,7 @@ import json
 
 from fairness.models import BatchLine, UsageRecord
 from tests.batches.conftest import chat_lines, output_lines, wait_for_status
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def test_a_batch_runs_to_completed_with_every_custom_id_answered_once(openai_for, cast, runner):

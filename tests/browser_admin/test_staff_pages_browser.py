@@ -1,5 +1,5 @@
 """Every staff page, and the account pages, in headless Chromium at desktop and phone width:
-nothing scrolls sideways and axe-core finds no violation (tests/browser_checks.py). Also: staff
+nothing scrolls sideways and axe-core finds no violation (tests/support/browser_checks.py). Also: staff
 land on the staff home after signing in, row actions stay reachable on a phone, and the keys
 page's live figures refresh without a reload."""
 
@@ -20,8 +20,8 @@ from fairness.models import ApiKey, Replica, SaturationAlert
 from fairness.store.keyspace import ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
 from fairness.telemetry import polling
 from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
-from tests.browser_checks import check_page
 from tests.conftest import MODEL
+from tests.support.browser_checks import check_page
 
 User = get_user_model()
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fairness.actions import budgets
 from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
-from tests.browser_checks import check_page
+from tests.support.browser_checks import check_page
 
 from .conftest import SETUP, use
 

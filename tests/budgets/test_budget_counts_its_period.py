@@ -19,7 +19,7 @@ from fairness.store.redis_clients import redis_sync
 from fairness.telemetry import budget_status
 from tests.budgets.test_budget_status import record
 from tests.budgets.test_budgets_live import post
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

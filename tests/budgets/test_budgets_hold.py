@@ -15,7 +15,7 @@ from fairness.models import ApiKey, Budget, Replica, Tier
 from tests.budgets.test_budgets_live import budget_counters
 from tests.conftest import MODEL, start_gateway
 from tests.fair_sharing.conftest import nothing_held
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 BUDGET = 3000
 LOWERED = "x-gpuportal-max-tokens-lowered"

@@ -13,7 +13,7 @@ from fairness.scheduling import fair_share
 from fairness.store import keyspace
 from tests.conftest import TEST_REDIS_URL, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 MAX_TOKENS = 10
 

@@ -12,7 +12,7 @@ import pytest
 from fairness.models import Tier
 from tests.conftest import start_gateway
 from tests.fair_sharing.conftest import chat_body
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 MINUTES = 0.5
 RATE = 600

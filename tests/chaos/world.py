@@ -20,9 +20,9 @@ import redis
 
 from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
 from tests.chaos.scenario import Scenario
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
-from tests.worker_process import WorkerProcess
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
+from tests.support.worker_process import WorkerProcess
 
 MODEL = "sim"
 

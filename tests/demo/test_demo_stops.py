@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_REDIS_URL, free_port
-from tests.gateway_process import ROOT
-from tests.polling import wait_for
+from tests.support.gateway_process import ROOT
+from tests.support.polling import wait_for
 
 STOP_BUDGET = 10.0
 

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 
 def load(path: str) -> dict[str, Any]:

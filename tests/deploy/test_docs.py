@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 READERS = {"envstr", "envint", "envfloat", "envbool", "envlist"}
 

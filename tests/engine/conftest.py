@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import start_gateway
 from tests.engine.vllm_server import REPO_ROOT, SERVED_MODEL_NAME, VLLMServer, engine_python, start_all, stop_all
-from tests.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess
 
 MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"))
 LOG_DIR = REPO_ROOT / "var" / "test-logs"

@@ -12,7 +12,7 @@ from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
 from fairness.telemetry.metrics_parser import parse_metrics
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "Tell me about the weather in spring."}]
 

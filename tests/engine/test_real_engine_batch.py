@@ -8,7 +8,7 @@ import json
 from tests.batches.conftest import RUNNER_ENV, output_lines, wait_for_status
 from tests.conftest import LOG_DIR, free_port, gateway_env
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.worker_process import WorkerProcess
+from tests.support.worker_process import WorkerProcess
 
 
 def test_a_small_batch_runs_on_real_vllm(cast, engine_client, live_db_url):

@@ -10,7 +10,7 @@ from fairness.models import UsageRecord
 from fairness.scheduling import fair_share
 from fairness.store.redis_clients import redis_sync
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 # 364 tokens of the tiny model's tokenizer: two whole 128-token blocks and some.
 SYSTEM = "budget memory cache prefix prompt stream reply message history session engine worker " * 30

@@ -11,8 +11,8 @@ from fairness.gateway.views import LOWERED_HEADER
 from fairness.models import Budget
 from tests.conftest import Member
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
 
 CONTEXT = 1024  # what the tier's servers are started with (vllm_server.VLLMServer)
 MESSAGES = [{"role": "user", "content": "Tell me about the weather in spring."}]

@@ -17,7 +17,7 @@ from tests.conftest import TEST_REDIS_URL, Member
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.engine.vllm_server import VLLMServer
 from tests.fair_sharing.conftest import key_stats, wait_async
-from tests.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess
 
 SLOTS = 4
 ANSWER = 960  # tokens: a second or two each on the tiny model beside three others (context 1,024)

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
-from tests.browser_checks import check_page
 from tests.fair_share_pages.conftest import charge
+from tests.support.browser_checks import check_page
 
 User = get_user_model()
 

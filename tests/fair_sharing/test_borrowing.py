@@ -8,7 +8,7 @@ import httpx
 from fairness.models import Replica
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import chat_body, drop, nothing_held, peak_overlap, send, wait_async
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def test_a_lone_batch_key_borrows_all_slots_but_the_reserve(gateway, cast, engine8):

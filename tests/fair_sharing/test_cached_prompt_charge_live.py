@@ -21,7 +21,7 @@ from fairness.telemetry import budget_status
 from tests.conftest import MODEL, TEST_REDIS_URL
 from tests.fair_sharing.conftest import nothing_held
 from tests.fair_sharing.test_fair_share_live import association, live_usage
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
 from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held, peak_overlap, send
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 @pytest.fixture

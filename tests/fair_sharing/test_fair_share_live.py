@@ -16,7 +16,7 @@ from fairness.scheduling import fair_share
 from fairness.scheduling.admission import Admission
 from tests.conftest import MODEL, TEST_REDIS_URL, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def live_usage() -> tuple[dict[str, float], float]:

@@ -9,7 +9,7 @@ import pytest
 from fairness.models import Replica
 from tests.conftest import MODEL, start_gateway
 from tests.fair_sharing.conftest import chat_body, drop, hold, key_stats, nothing_held, send, wait_async
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 @pytest.fixture

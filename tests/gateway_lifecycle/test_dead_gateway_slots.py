@@ -12,7 +12,7 @@ from enginesim.process import start_enginesim
 from fairness.models import Replica
 from tests.conftest import MODEL, start_gateway
 from tests.fair_sharing.conftest import admission_stats, hold
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 LEASE_TTL = 2.0
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from fairness.actions.keys import issue_key
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
-from tests.polling import async_wait_for
+from tests.support.polling import async_wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

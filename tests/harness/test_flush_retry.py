@@ -7,7 +7,7 @@ from django.core.management.base import CommandError
 from django.db.utils import OperationalError, ProgrammingError
 from django.test import TransactionTestCase
 
-from tests.flush_retry import ATTEMPTS, retrying
+from tests.support.flush_retry import ATTEMPTS, retrying
 
 
 def failing(causes: list[Exception]):

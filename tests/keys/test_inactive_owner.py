@@ -17,7 +17,7 @@ from fairness.actions.keys import issue
 from fairness.models import ApiKey
 from fairness.store.keyspace import CONFIG_EPOCH
 from tests.conftest import start_gateway
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
 from tests.conftest import LOG_DIR, free_port
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 SLAPD = Path("/usr/sbin/slapd")
 SUFFIX = "dc=uni,dc=example"

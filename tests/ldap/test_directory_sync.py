@@ -17,7 +17,7 @@ from fairness.portal.signin import ldap_sync
 from fairness.portal.signin.ldap_sync import sync_directory
 from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, ldap_environment, needs_slapd, user_dn
 from tests.ldap.test_password_signin import memberships, sign_in
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = needs_slapd
 User = get_user_model()

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MODEL, Member
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 class Samples:

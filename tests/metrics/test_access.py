@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from tests.conftest import start_gateway
-from tests.gateway_process import GatewayProcess
 from tests.metrics.conftest import scrape
+from tests.support.gateway_process import GatewayProcess
 
 TOKEN = "scrape-token-for-tests"
 

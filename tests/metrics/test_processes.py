@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import LOG_DIR, free_port, gateway_env, start_gateway
 from tests.fair_sharing.conftest import drop, hold
-from tests.gateway_process import GatewayProcess
 from tests.metrics.conftest import Samples, ask, scrape, scrape_until
+from tests.support.gateway_process import GatewayProcess
 
 REQUESTS = "gpuportal_requests_total"
 

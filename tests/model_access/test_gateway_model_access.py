@@ -12,8 +12,8 @@ import pytest
 
 from fairness.models import Account, Replica
 from tests.conftest import MODEL
-from tests.polling import wait_for
 from tests.proxy.test_bad_input import CHAT, assert_error, post
+from tests.support.polling import wait_for
 
 from .conftest import OTHER_MODEL, restrict
 

@@ -1,4 +1,4 @@
-"""The test process's network guard (tests/network_guard.py): every door out refuses an address
+"""The test process's network guard (tests/support/network_guard.py): every door out refuses an address
 past loopback before the real call is made, and loopback, ::1 and AF_UNIX still work."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests import network_guard
-from tests.network_guard import OutsideLoopback
+from tests.support import network_guard
+from tests.support.network_guard import OutsideLoopback
 
 DOCUMENTATION = "192.0.2.1"  # TEST-NET-1: never to be reached, and never tried here
 

@@ -21,7 +21,7 @@ from tests.browser_admin.test_admin_pages_browser import ask
 from tests.conftest import STAFF_IP
 from tests.oidc.conftest import SETUP, Provider, sso_settings
 from tests.oidc.test_sso_signin_browser import new_page, sso_sign_in
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 User = get_user_model()
 PREFIX_CHARS = 11  # "gp-" and eight more: what the pages and the audit log name a key by

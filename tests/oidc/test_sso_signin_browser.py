@@ -16,7 +16,7 @@ from fairness.actions.keys import issue
 from fairness.models import AuditEntry, Membership
 from fairness.portal.signin import sso_identities
 from tests.oidc.conftest import SETUP, Labs, Provider
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 User = get_user_model()
 

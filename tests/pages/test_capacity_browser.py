@@ -11,7 +11,7 @@ from fairness.models import SaturationAlert
 from fairness.telemetry.capacity_model import USER_COUNTS
 from tests.conftest import MODEL
 from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 SENTENCE = re.compile(
     r"This endpoint serves roughly [\d,.]+ tokens per second in total; "

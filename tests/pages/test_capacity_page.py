@@ -10,7 +10,7 @@ from django.utils import timezone
 from fairness.models import ApiKey, SaturationAlert
 from tests.conftest import MODEL
 from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def test_the_page_names_no_users_and_shows_no_keys(gateway, replica, cast):

@@ -13,7 +13,7 @@ import pytest
 
 from fairness.telemetry import tasks
 from tests.conftest import start_gateway
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 BUDGET = 1_200_000  # bytes on the wire, headers included
 

@@ -15,7 +15,7 @@ from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import admission_stats, drop, wait_async
 from tests.people.openwebui import OpenWebUIUser, jwt_headers, plain_headers
-from tests.polling import wait_for as eventually
+from tests.support.polling import wait_for as eventually
 
 ANNA = OpenWebUIUser("u-anna", "anna@lab.example", "Anna Berg")
 BEN = OpenWebUIUser("u-ben", "ben@lab.example", "Ben Okafor")

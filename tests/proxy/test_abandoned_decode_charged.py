@@ -20,8 +20,8 @@ from fairness.gateway.abandoned_work import (
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL, Member, start_gateway
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
 
 # The charged count against what the engine generated for the request: the gateway's clock and the
 # engine's start and stop a few decode steps apart, and the engine's pace varies a little with its

@@ -15,7 +15,7 @@ from fairness.models import ApiKey, Replica
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL, free_port, start_gateway
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

@@ -17,9 +17,9 @@ from fairness.gateway.context_lengths import ContextLengths, stated_context
 from fairness.gateway.views import LOWERED_HEADER
 from fairness.models import Budget, Replica
 from tests.conftest import MODEL, Member
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
 from tests.routing.conftest import replica
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
 
 
 def models(model: str, figure: object) -> dict[str, object]:

@@ -10,7 +10,7 @@ import pytest
 
 from fairness.gateway import engine_http
 from tests.conftest import free_port
-from tests.polling import async_wait_for
+from tests.support.polling import async_wait_for
 
 Answer = Callable[["Exchange"], Awaitable[None]]
 

@@ -10,7 +10,7 @@ import time
 import httpx
 from django.conf import settings
 
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def max_size_body() -> bytes:

@@ -6,7 +6,7 @@ from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
 from tests.conftest import MODEL
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]
 

@@ -2,9 +2,9 @@
 
 from fairness.models import Replica
 from tests.conftest import MODEL, start_gateway
-from tests.polling import wait_for
 from tests.proxy.test_bad_input import CHAT, assert_error, post
-from tests.redis_server import PrivateRedis
+from tests.support.polling import wait_for
+from tests.support.redis_server import PrivateRedis
 
 
 def test_a_redis_outage_gets_503_and_service_resumes_when_redis_is_back(live_db_url, tiers, cast, sim):

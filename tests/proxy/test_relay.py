@@ -4,7 +4,7 @@ import httpx
 
 from fairness.gateway import sse_relay as relay_module
 from fairness.gateway.sse_relay import Relay
-from tests.polling import async_wait_for
+from tests.support.polling import async_wait_for
 
 EVENTS = (
     b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'

@@ -19,9 +19,9 @@ import pytest
 
 from fairness.models import BatchFile, BatchFileState
 from tests.conftest import LOG_DIR, MODEL, free_port, gateway_env, start_gateway
-from tests.gateway_process import GatewayProcess
-from tests.polling import wait_for
 from tests.proxy.test_slow_clients import closed_by_server, error_code, read_response
+from tests.support.gateway_process import GatewayProcess
+from tests.support.polling import wait_for
 
 HEADER_TIMEOUT = 2.0
 BODY_GRACE = 2.0

@@ -6,8 +6,8 @@ from fairness.gateway import health_probes
 from fairness.scheduling import health
 from fairness.store import keyspace
 from tests.conftest import free_port
-from tests.polling import async_wait_for
 from tests.routing.conftest import replica
+from tests.support.polling import async_wait_for
 
 R0, R1 = replica("r0"), replica("r1")
 NAMES = [R0, R1]

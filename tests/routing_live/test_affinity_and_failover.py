@@ -9,7 +9,7 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica
 from tests.conftest import MODEL
 from tests.fair_sharing.conftest import admission_stats
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 @pytest.fixture

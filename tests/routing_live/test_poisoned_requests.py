@@ -13,7 +13,7 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica
 from fairness.store import keyspace
 from tests.conftest import MODEL, Member, start_gateway
-from tests.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess
 
 POISON = "POISON-5c1e"
 

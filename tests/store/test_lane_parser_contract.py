@@ -13,7 +13,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from fairness.scheduling.admission import _function_missing
 from fairness.store.redis_lane import RedisLane
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 
 def test_the_private_parser_maps_error_replies_to_redis_py_classes() -> None:

@@ -10,7 +10,7 @@ import redis.asyncio as aredis
 from redis.exceptions import ConnectionError
 
 from fairness.store.redis_lane import RedisLane
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 
 @pytest.fixture

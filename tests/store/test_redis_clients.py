@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from fairness.store import redis_clients
-from tests.redis_server import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 
 @pytest.fixture

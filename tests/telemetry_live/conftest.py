@@ -12,7 +12,7 @@ from fairness.models import Replica
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import polling
 from tests.conftest import MODEL
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def run(coro_fn, *args):

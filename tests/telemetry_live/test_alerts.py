@@ -14,7 +14,7 @@ from fairness.models import Replica, SaturationAlert
 from fairness.telemetry import alert_words, alerts
 from fairness.telemetry.saturation import Figures, Transition
 from tests.conftest import MODEL, free_port
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import load_on, poll, run
 
 

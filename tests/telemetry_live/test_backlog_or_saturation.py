@@ -15,7 +15,7 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, SaturationAlert
 from fairness.telemetry import alerts
 from tests.conftest import MODEL
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import poll, run
 from tests.telemetry_live.senders import HeldRequests
 

@@ -1,7 +1,7 @@
 """The published per-user figure matches what users measurably get (real processes)."""
 
 from fairness.telemetry import capacity_store
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import load_on, poll, running_is
 
 

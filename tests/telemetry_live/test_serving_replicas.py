@@ -15,7 +15,7 @@ from fairness.models import Replica
 from fairness.telemetry import tasks
 from fairness.telemetry.capacity_model import NOT_ENOUGH_DATA
 from tests.conftest import MODEL, free_port
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import load_on, running_is
 
 

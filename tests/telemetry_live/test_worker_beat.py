@@ -3,7 +3,7 @@
 import httpx
 
 from fairness.models import EngineSample
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import load_on
 
 

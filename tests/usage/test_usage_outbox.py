@@ -28,8 +28,8 @@ from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane
 from fairness.telemetry import gateway_metrics
 from tests.metrics.conftest import Samples
-from tests.polling import async_wait_for
-from tests.redis_server import PrivateRedis
+from tests.support.polling import async_wait_for
+from tests.support.redis_server import PrivateRedis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,7 @@
 
 from fairness.models import UsageRecord
 from tests.conftest import MODEL
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 def test_a_real_worker_records_usage_of_proxied_requests(worker, cast, openai_for):

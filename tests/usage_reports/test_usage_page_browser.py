@@ -11,7 +11,7 @@ import io
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.browser_checks import check_page
+from tests.support.browser_checks import check_page
 
 from .conftest import DAY, NOON, record
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.test import Client
 
 from fairness.demo.secret_key import ensure_demo_secret_key
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "SECRET_KEY_FALLBACKS", "DEBUG", "SECURE_HSTS_SECONDS",
         "SECURE_PROXY_SSL_HEADER")

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.gateway_process import ROOT
+from tests.support.gateway_process import ROOT
 
 
 class WorkerProcess:

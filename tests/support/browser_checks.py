@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-AXE_SOURCE = (Path(__file__).parent / "assets" / "axe-4.14.1.min.js").read_text()
+AXE_SOURCE = (Path(__file__).parents[1] / "assets" / "axe-4.14.1.min.js").read_text()
 WIDTHS = (1280, 390)  # a desktop and a phone
 
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.conftest import free_port
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 class PrivateRedis:

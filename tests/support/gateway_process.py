@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def database_url(settings_dict: dict) -> str:
