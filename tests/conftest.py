@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,10 @@ from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.support import flush_retry, network_guard
+from tests.support.cast import MODEL, STAFF_IP, Member
 from tests.support.gateway_process import GatewayProcess, database_url
+from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
+from tests.support.redis_db import TEST_REDIS_URL
 
 # Fixtures that start processes (or a database that processes share): a test that uses any of them,
 # however indirectly, is marked `process`, so `make test-quick` can leave it out.
@@ -58,46 +58,10 @@ def only_loopback() -> Iterator[None]:
     network_guard.fail_if_refused()
 
 
-def _neighbour_database(url: str) -> str:
-    base, _, db = url.rpartition("/")
-    number = int(db) if db.isdigit() else 0
-    return f"{base}/{number - 1 if number > 0 else number + 1}"
-
-
-def _for_this_worker(url: str) -> str:
-    """Under pytest-xdist, worker gwN gets databases of its own: the number moved down by 2 * N
-    (gw0 keeps the ones given, 15 and 14 by default; without xdist nothing changes). Tests flush
-    their database."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or not worker[2:].isdigit() or worker == "gw0":
-        return url
-    base, _, db = url.rpartition("/")
-    number = (int(db) if db.isdigit() else 0) - 2 * int(worker[2:])
-    if number < 0:
-        raise pytest.UsageError(f"{worker}: no Redis database below 0 for it; under pytest-xdist give "
-                                "GP_TEST_REDIS_URL and GP_TEST_QUIET_REDIS_URL high numbers (15 and 14, the defaults)")
-    return f"{base}/{number}"
-
-
-_REDIS_URL_GIVEN = os.environ.get("GP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-TEST_REDIS_URL = _for_this_worker(_REDIS_URL_GIVEN)
 # The test process and every process it starts share this Redis database.
 settings.REDIS_URL = TEST_REDIS_URL
 settings.CELERY_BROKER_URL = TEST_REDIS_URL
 settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": TEST_REDIS_URL}}
-
-# For unit tests of shared, unprefixed keys (health verdicts, the probe lock, the load book):
-# no live process writes here, so the session-long gateway's background loop cannot race them.
-QUIET_REDIS_URL = _for_this_worker(os.environ.get("GP_TEST_QUIET_REDIS_URL", _neighbour_database(_REDIS_URL_GIVEN)))
-
-MODEL = "sim"
-LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -136,33 +100,6 @@ def live_db_url(django_db_setup, django_db_blocker) -> str:
         return database_url(connection.settings_dict)
 
 
-def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": db_url,
-        "REDIS_URL": TEST_REDIS_URL,
-        # Every request sees the latest config, so a test never races the gateway's caches.
-        "GP_AUTH_EPOCH_CHECK_SECONDS": "0",
-        "GP_HEALTH_INTERVAL_SECONDS": "0.5",
-        "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
-        # Production settings refuse to start without one (tests/settings.py sets ours).
-        "SECRET_KEY": settings.SECRET_KEY,
-        **extra,
-    }
-
-
-def start_gateway(db_url: str, name: str = "gateway", **extra: str) -> GatewayProcess:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    for attempt in range(3):
-        port = free_port()
-        try:
-            return GatewayProcess(port, gateway_env(db_url, **extra), LOG_DIR / f"{name}-{port}.log")
-        except AssertionError as exc:
-            # The free port can be taken by another test's process before the gateway binds it.
-            if "address already in use" not in str(exc) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
 @pytest.fixture
 def worker(live_db_url: str, redis_url: str, transactional_db):
     """A real Celery worker with beat, over the test database and Redis."""
@@ -186,20 +123,6 @@ def gateway_session(live_db_url: str) -> Iterator[GatewayProcess]:
 def gateway(gateway_session: GatewayProcess, transactional_db, redis_url: str) -> GatewayProcess:
     """A live gateway over committed data; Redis and the tables are fresh for each test."""
     return gateway_session
-
-
-@dataclass
-class Member:
-    username: str
-    tier: str
-    secret: str
-    key_id: int
-    user_id: int = 0
-
-    @property
-    def unit(self) -> str:
-        """What admission's caps count for this member's requests: the person in the tier."""
-        return f"p{self.user_id}.{self.tier}"
 
 
 @pytest.fixture
@@ -250,9 +173,6 @@ def openai_for(gateway, replica):
         return OpenAI(base_url=gateway.url + "/v1", api_key=member.secret, max_retries=0, **kwargs)
 
     return make
-
-
-STAFF_IP = "127.10.0.7"
 
 
 @pytest.fixture

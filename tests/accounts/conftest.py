@@ -19,7 +19,7 @@ from fairness.actions.tokens import issue_admin_token
 from fairness.gateway.associations import association_id
 from fairness.models import Account, Membership
 from fairness.scheduling.admission import Admission
-from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_db import TEST_REDIS_URL
 
 SETUP = Actor(None, name="test-setup")
 

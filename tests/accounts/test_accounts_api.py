@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from fairness.models import Account, AuditEntry, Membership
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 from .conftest import charge
 

@@ -17,8 +17,8 @@ from django.utils import timezone
 from fairness.actions.audit import Actor, command_line_actor
 from fairness.actions.tokens import issue_admin_token
 from fairness.models import AdminToken, AuditEntry
-from tests.conftest import gateway_env
 from tests.support.gateway_process import ROOT
+from tests.support.processes import gateway_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ import redis.asyncio as aredis
 from redis.exceptions import AuthenticationError, ConnectionError, NoScriptError, ResponseError, TimeoutError
 
 from fairness.store.redis_lane import RedisLane
-from tests.conftest import free_port
 from tests.support.polling import async_wait_for
+from tests.support.processes import free_port
 from tests.support.redis_server import PrivateRedis
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import start_gateway
 from tests.support.gateway_process import GatewayProcess
+from tests.support.processes import start_gateway
 
 FILE_LIMIT = 202 * 1024 * 1024
 FILES_PER_USER = 5

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from fairness.actions.keys import issue_key
 from fairness.models import BatchFile
 from tests.batch_files.conftest import files_on_disk, jsonl
-from tests.conftest import Member
+from tests.support.cast import Member
 
 
 def test_a_file_goes_up_is_listed_read_back_and_deleted(openai_for, cast, stored_files):

@@ -7,7 +7,7 @@ from django.test import Client
 
 from fairness.models import ApiKey, AuditEntry, Batch, BatchStatus
 from tests.batch_pages.conftest import carol_key, make_batch, stored_file
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

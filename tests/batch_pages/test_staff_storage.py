@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from fairness.models import AuditEntry, Batch, BatchFile, BatchLine, BatchStatus
 from tests.batch_files.conftest import files_on_disk
 from tests.batch_pages.conftest import carol_key, make_batch, stored_file
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 SECRET = b'{"custom_id": "secret-prompt", "body": {"messages": [{"content": "the unpublished result"}]}}\n'
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.batch_files.conftest import empty_storage
-from tests.conftest import LOG_DIR, free_port, gateway_env, start_gateway
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
+from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
 from tests.support.worker_process import WorkerProcess
 
 # Short, so a killed runner's batch is taken over quickly (its claim, and the engine slots its

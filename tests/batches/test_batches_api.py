@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from fairness.actions.keys import issue_key
 from fairness.models import Batch, BatchFile
 from tests.batches.conftest import chat_lines
-from tests.conftest import Member
+from tests.support.cast import Member
 
 
 def upload(client, content: bytes = b"", purpose: str = "batch") -> str:

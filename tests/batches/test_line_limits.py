@@ -14,7 +14,7 @@ from fairness.batch import line_runner
 from fairness.gateway.api_keys import load_by_id
 from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
 from fairness.models import ApiKey, Budget
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

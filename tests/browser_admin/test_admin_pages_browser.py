@@ -15,7 +15,7 @@ from django.utils import timezone
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, AuditEntry, SaturationAlert, UsageHourly
 from fairness.telemetry import polling
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 
 STAFF_PASSWORD = "a long staff password"
 ALICE_PASSWORD = "alice's long password"

@@ -20,8 +20,8 @@ from fairness.models import ApiKey, Replica, SaturationAlert
 from fairness.store.keyspace import ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
 from fairness.telemetry import polling
 from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
-from tests.conftest import MODEL
 from tests.support.browser_checks import check_page
+from tests.support.cast import MODEL
 
 User = get_user_model()
 

@@ -15,8 +15,8 @@ from fairness.actions.audit import Actor
 from fairness.models import Account, ApiKey, Budget, Membership
 from fairness.store import keyspace
 from fairness.telemetry import budget_status
-from tests.conftest import TEST_REDIS_URL
 from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
+from tests.support.redis_db import TEST_REDIS_URL
 
 SETUP = Actor(None, name="test-setup")
 

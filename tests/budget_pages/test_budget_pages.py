@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fairness.actions import budgets
 from fairness.models import AuditEntry, Budget
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 from .conftest import SETUP, use
 

@@ -14,7 +14,7 @@ from fairness.actions import budgets
 from fairness.actions.audit import Actor
 from fairness.actions.tokens import issue_admin_token
 from fairness.models import ApiKey, AuditEntry, Budget
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 from .conftest import SETUP, use
 

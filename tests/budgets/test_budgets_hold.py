@@ -13,9 +13,10 @@ import pytest
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import ApiKey, Budget, Replica, Tier
 from tests.budgets.test_budgets_live import budget_counters
-from tests.conftest import MODEL, start_gateway
 from tests.fair_sharing.conftest import nothing_held
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 BUDGET = 3000
 LOWERED = "x-gpuportal-max-tokens-lowered"

@@ -11,9 +11,10 @@ import redis
 from fairness.models import ApiKey, Budget, Tier
 from fairness.scheduling import fair_share
 from fairness.store import keyspace
-from tests.conftest import TEST_REDIS_URL, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
+from tests.support.redis_db import TEST_REDIS_URL
 
 MAX_TOKENS = 10
 

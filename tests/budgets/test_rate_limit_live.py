@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from fairness.models import Tier
-from tests.conftest import start_gateway
 from tests.fair_sharing.conftest import chat_body
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 MINUTES = 0.5
 RATE = 600

@@ -14,7 +14,7 @@ from django.conf import settings
 from tests.chaos.ground_truth import as_json, judge, render
 from tests.chaos.run import run
 from tests.chaos.scenario import Scenario
-from tests.conftest import LOG_DIR
+from tests.support.processes import LOG_DIR
 
 pytestmark = pytest.mark.chaos
 

@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import TEST_REDIS_URL, free_port
 from tests.support.gateway_process import ROOT
 from tests.support.polling import wait_for
+from tests.support.processes import free_port
+from tests.support.redis_db import TEST_REDIS_URL
 
 STOP_BUDGET = 10.0
 

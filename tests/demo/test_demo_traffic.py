@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fairness.demo import traffic_generator
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 
 
 def test_the_command_sends_a_batch_job_through_the_gateway_and_stops(gateway, replica, cast):

@@ -14,11 +14,12 @@ from fairness.accounting import usage
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
 from fairness.telemetry.metrics_parser import parse_metrics
-from tests.conftest import Member, start_gateway
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.engine.vllm_server import VLLMServer
+from tests.support.cast import Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 CONTEXT = 1024  # what the tier's servers are started with (vllm_server.VLLMServer)
 MESSAGES = [{"role": "user", "content": "Tell me about the weather in spring."}]

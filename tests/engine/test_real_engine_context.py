@@ -9,8 +9,8 @@ import httpx
 
 from fairness.gateway.views import LOWERED_HEADER
 from fairness.models import Budget
-from tests.conftest import Member
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
+from tests.support.cast import Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
 

@@ -13,11 +13,12 @@ import httpx
 import redis
 
 from fairness.store import keyspace
-from tests.conftest import TEST_REDIS_URL, Member
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.engine.vllm_server import VLLMServer
 from tests.fair_sharing.conftest import key_stats, wait_async
+from tests.support.cast import Member
 from tests.support.gateway_process import GatewayProcess
+from tests.support.redis_db import TEST_REDIS_URL
 
 SLOTS = 4
 ANSWER = 960  # tokens: a second or two each on the tiny model beside three others (context 1,024)

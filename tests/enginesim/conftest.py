@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 T = TypeVar("T")
 MODEL = "sim-model"

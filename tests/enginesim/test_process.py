@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from enginesim.process import start_enginesim
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 
 def test_it_starts_serves_and_stops_as_a_context_manager() -> None:

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from fairness.models import Account, AuditEntry, Membership
-from tests.conftest import STAFF_IP
 from tests.fair_share_pages.conftest import charge
+from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()

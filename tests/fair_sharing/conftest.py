@@ -11,7 +11,8 @@ import redis.asyncio
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.scheduling.admission import Admission
-from tests.conftest import MODEL, TEST_REDIS_URL, Member
+from tests.support.cast import MODEL, Member
+from tests.support.redis_db import TEST_REDIS_URL
 
 
 def peak_overlap(entries: list[dict]) -> int:

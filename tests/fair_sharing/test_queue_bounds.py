@@ -13,9 +13,10 @@ import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, Tier
-from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import admission_stats, chat_body, drop, key_stats, nothing_held, send, wait_async
+from tests.support.cast import MODEL, Member
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 # Long requests from one batch key, as the attack on the queue sent them: before the tier's bound,
 # 5 ran and 1,019 queued, which took the gateway to its 1,024 requests served (6 got 503, as did an

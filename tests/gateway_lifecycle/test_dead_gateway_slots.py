@@ -10,9 +10,10 @@ import httpx
 
 from enginesim.process import start_enginesim
 from fairness.models import Replica
-from tests.conftest import MODEL, start_gateway
 from tests.fair_sharing.conftest import admission_stats, hold
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 LEASE_TTL = 2.0
 

@@ -21,10 +21,11 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
 from fairness.scheduling.live_counts import person_load
-from tests.conftest import MODEL, Member, start_gateway
 from tests.fair_sharing.conftest import chat_body, nothing_held
+from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import async_wait_for, wait_for
+from tests.support.processes import start_gateway
 
 STEP_MS = 100  # one token per sequence every 0.1 s however full the batch: streams of known length
 SHORT = 40  # tokens: a stream of 4 s, long enough to still run while a loaded box drains

@@ -16,8 +16,8 @@ from fairness.actions.audit import Actor
 from fairness.actions.keys import issue
 from fairness.models import ApiKey
 from fairness.store.keyspace import CONFIG_EPOCH
-from tests.conftest import start_gateway
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import MODEL, Member
+from tests.support.cast import MODEL, Member
 from tests.support.polling import wait_for
 
 

@@ -5,9 +5,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import start_gateway
 from tests.metrics.conftest import scrape
 from tests.support.gateway_process import GatewayProcess
+from tests.support.processes import start_gateway
 
 TOKEN = "scrape-token-for-tests"
 

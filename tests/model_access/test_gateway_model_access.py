@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from fairness.models import Account, Replica
-from tests.conftest import MODEL
 from tests.proxy.test_bad_input import CHAT, assert_error, post
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 
 from .conftest import OTHER_MODEL, restrict

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fairness.models import MAX_ALLOWED_MODELS, Account, AuditEntry, Tier
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 from .conftest import SETUP, restrict
 

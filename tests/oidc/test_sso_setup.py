@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
-from tests.conftest import free_port
 from tests.oidc.conftest import Provider, sso_settings
+from tests.support.processes import free_port
 
 User = get_user_model()
 

@@ -14,7 +14,8 @@ import pytest
 
 from fairness.demo import traffic_generator
 from fairness.telemetry import tasks
-from tests.conftest import LOG_DIR, MODEL, Member
+from tests.support.cast import MODEL, Member
+from tests.support.processes import LOG_DIR
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from fairness.telemetry import tasks
-from tests.conftest import start_gateway
 from tests.support.gateway_process import ROOT
+from tests.support.processes import start_gateway
 
 BUDGET = 1_200_000  # bytes on the wire, headers included
 

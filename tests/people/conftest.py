@@ -37,7 +37,7 @@ def front_end_key(cast, tiers) -> FrontEndKey:
 def engine8():
     """A private 8-slot engine whose request log this test alone reads."""
     from enginesim.process import start_enginesim
-    from tests.conftest import MODEL
+    from tests.support.cast import MODEL
 
     process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
     yield process
@@ -48,7 +48,7 @@ def engine8():
 def slow_engine():
     """An engine slow enough that a long stream outlasts any test's look at it (about 40 s)."""
     from enginesim.process import start_enginesim
-    from tests.conftest import MODEL
+    from tests.support.cast import MODEL
 
     process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "1"])
     yield process

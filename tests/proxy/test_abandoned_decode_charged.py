@@ -19,9 +19,10 @@ from fairness.gateway.abandoned_work import (
 )
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.conftest import MODEL, Member, start_gateway
+from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 
 # The charged count against what the engine generated for the request: the gateway's clock and the
 # engine's start and stop a few decode steps apart, and the engine's pace varies a little with its

@@ -14,8 +14,9 @@ from fairness.actions.keys import mint_secret
 from fairness.models import ApiKey, Replica
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
-from tests.conftest import MODEL, free_port, start_gateway
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import free_port, start_gateway
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from fairness.actions.keys import issue_key
 from fairness.gateway import request_parsing
 from fairness.models import Tier
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 
 BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "cache_salt": "someone-elses"}

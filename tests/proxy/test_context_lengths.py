@@ -16,8 +16,8 @@ from fairness.gateway import context_lengths, engine_client
 from fairness.gateway.context_lengths import ContextLengths, stated_context
 from fairness.gateway.views import LOWERED_HEADER
 from fairness.models import Budget, Replica
-from tests.conftest import MODEL, Member
 from tests.routing.conftest import replica
+from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
 

@@ -7,7 +7,7 @@ import httpx
 from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 
 LONG = {

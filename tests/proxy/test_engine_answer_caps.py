@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from fairness.models import Replica
-from tests.conftest import MODEL, free_port, start_gateway
+from tests.support.cast import MODEL
+from tests.support.processes import free_port, start_gateway
 
 BIG = "please answer with far too much"
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from fairness.gateway import engine_http
-from tests.conftest import free_port
 from tests.support.polling import async_wait_for
+from tests.support.processes import free_port
 
 Answer = Callable[["Exchange"], Awaitable[None]]
 

@@ -11,8 +11,9 @@ from fairness.accounting import usage
 from fairness.gateway.sse_relay import MOST_TOKENS, StreamTally
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.conftest import MODEL, start_gateway
 from tests.proxy.test_engine_answer_caps import VerboseEngine
+from tests.support.cast import MODEL
+from tests.support.processes import start_gateway
 
 HOSTILE = [
     ({"prompt_tokens": -5, "completion_tokens": -1}, (0, 0)),

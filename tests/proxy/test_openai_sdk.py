@@ -5,7 +5,7 @@ import pytest
 from fairness.accounting import usage
 from fairness.models import UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]

@@ -1,9 +1,10 @@
 """Redis going away mid-service: clients get a clear 503, and the gateway recovers on its own."""
 
 from fairness.models import Replica
-from tests.conftest import MODEL, start_gateway
 from tests.proxy.test_bad_input import CHAT, assert_error, post
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import start_gateway
 from tests.support.redis_server import PrivateRedis
 
 

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from fairness.actions.keys import mint_secret
 from fairness.models import ApiKey
-from tests.conftest import start_gateway
+from tests.support.processes import start_gateway
 
 HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 0.5

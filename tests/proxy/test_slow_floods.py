@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 from fairness.models import BatchFile, BatchFileState
-from tests.conftest import LOG_DIR, MODEL, free_port, gateway_env, start_gateway
 from tests.proxy.test_slow_clients import closed_by_server, error_code, read_response
+from tests.support.cast import MODEL
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
+from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
 
 HEADER_TIMEOUT = 2.0
 BODY_GRACE = 2.0

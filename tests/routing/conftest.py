@@ -10,7 +10,7 @@ import redis.asyncio
 
 from fairness.gateway import engine_client
 from fairness.scheduling.directory import ReplicaInfo
-from tests.conftest import QUIET_REDIS_URL
+from tests.support.redis_db import QUIET_REDIS_URL
 
 
 def replica(name: str, max_num_seqs: int = 8, base_url: str = "http://127.0.0.1:9") -> ReplicaInfo:

@@ -12,8 +12,9 @@ import redis
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica
 from fairness.store import keyspace
-from tests.conftest import MODEL, Member, start_gateway
+from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
+from tests.support.processes import start_gateway
 
 POISON = "POISON-5c1e"
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import redis
 
-from tests.conftest import free_port
 from tests.support.polling import wait_for
+from tests.support.processes import free_port
 
 
 class PrivateRedis:

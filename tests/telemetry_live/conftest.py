@@ -11,7 +11,7 @@ from fairness.gateway import engine_client
 from fairness.models import Replica
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import polling
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 
 

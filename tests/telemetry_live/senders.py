@@ -9,7 +9,7 @@ import threading
 
 import httpx
 
-from tests.conftest import MODEL, Member
+from tests.support.cast import MODEL, Member
 
 
 class HeldRequests:

@@ -13,8 +13,9 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, SaturationAlert
 from fairness.telemetry import alert_words, alerts
 from fairness.telemetry.saturation import Figures, Transition
-from tests.conftest import MODEL, free_port
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import free_port
 from tests.telemetry_live.conftest import load_on, poll, run
 
 

@@ -14,7 +14,7 @@ import pytest
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, SaturationAlert
 from fairness.telemetry import alerts
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 from tests.telemetry_live.conftest import poll, run
 from tests.telemetry_live.senders import HeldRequests

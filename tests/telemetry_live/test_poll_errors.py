@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fairness.models import Replica
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.telemetry_live.conftest import poll
 
 SECRET = "AKIA-not-a-real-key-7Q2"

@@ -14,8 +14,9 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica
 from fairness.telemetry import tasks
 from fairness.telemetry.capacity_model import NOT_ENOUGH_DATA
-from tests.conftest import MODEL, free_port
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.processes import free_port
 from tests.telemetry_live.conftest import load_on, running_is
 
 

@@ -1,7 +1,7 @@
 """Usage reaches the database through a real Celery worker, not the request path."""
 
 from fairness.models import UsageRecord
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 
 

@@ -16,7 +16,7 @@ from django.test import Client
 
 from fairness.models import AuditEntry
 from fairness.store import keyspace
-from tests.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

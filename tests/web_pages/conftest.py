@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from fairness.portal.submit_once import new_token
-from tests.conftest import STAFF_IP  # noqa: F401  (re-exported for the tests here)
 
 
 @pytest.fixture(autouse=True)

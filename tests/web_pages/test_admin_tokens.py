@@ -13,7 +13,8 @@ from fairness.actions.audit import Actor
 from fairness.actions.tokens import issue_admin_token
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import AdminToken, AuditEntry
-from tests.web_pages.conftest import STAFF_IP, key_form
+from tests.support.cast import STAFF_IP
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

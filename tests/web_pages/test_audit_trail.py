@@ -6,8 +6,9 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert
-from tests.conftest import free_port
-from tests.web_pages.conftest import STAFF_IP, key_form
+from tests.support.cast import STAFF_IP
+from tests.support.processes import free_port
+from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

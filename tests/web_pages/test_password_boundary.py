@@ -15,7 +15,7 @@ from fairness.actions.audit import Actor
 from fairness.actions.users import create_user, set_password
 from fairness.models import AuditEntry
 from fairness.portal.signin import group_sync
-from tests.web_pages.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fairness.models import Replica, SaturationAlert
 from fairness.store.keyspace import TELEMETRY_LATEST
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

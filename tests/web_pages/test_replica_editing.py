@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 
 from fairness.models import AuditEntry, EngineSample, Replica
-from tests.conftest import MODEL, free_port
+from tests.support.cast import MODEL
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

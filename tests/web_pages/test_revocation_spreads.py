@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import start_gateway
+from tests.support.processes import start_gateway
 from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)

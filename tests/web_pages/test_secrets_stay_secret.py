@@ -13,7 +13,7 @@ from django.contrib.sessions.models import Session
 from django.core.management import call_command
 
 from fairness.gateway.api_keys import hash_secret
-from tests.conftest import MODEL
+from tests.support.cast import MODEL
 from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)

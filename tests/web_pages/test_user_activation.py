@@ -9,7 +9,7 @@ from django.test import Client
 
 from fairness.models import AuditEntry, UsageHourly
 from fairness.store.keyspace import CONFIG_EPOCH
-from tests.web_pages.conftest import STAFF_IP
+from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()
