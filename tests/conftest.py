@@ -18,6 +18,9 @@ from tests.support.gateway_process import GatewayProcess, database_url
 from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
 
+# Fixtures several folders use, defined once (a plugin's fixtures are seen by every test).
+pytest_plugins = ["tests.support.browser_fixtures"]
+
 # Fixtures that start processes (or a database that processes share): a test that uses any of them,
 # however indirectly, is marked `process`, so `make test-quick` can leave it out.
 PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker"}

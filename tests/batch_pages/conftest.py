@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from fairness.batch.storage_writer import batch_storage, new_stored_name
 from fairness.models import ApiKey, Batch, BatchFile, BatchLine, BatchLineState, BatchStatus
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 
 LATELY = dt.timedelta(minutes=2)  # well inside the 5-minute window the pace is measured over
 LONG_AGO = dt.timedelta(minutes=15)  # well outside it

@@ -15,7 +15,6 @@ from fairness.actions.audit import Actor
 from fairness.models import Account, ApiKey, Budget, Membership
 from fairness.store import keyspace
 from fairness.telemetry import budget_status
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 from tests.support.redis_db import TEST_REDIS_URL
 
 SETUP = Actor(None, name="test-setup")

@@ -19,7 +19,6 @@ from fairness.actions.audit import Actor
 from fairness.gateway.associations import association_id
 from fairness.models import Account, Membership
 from fairness.scheduling.admission import Admission
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 from tests.support.redis_db import TEST_REDIS_URL
 
 SETUP = Actor(None, name="test-setup")

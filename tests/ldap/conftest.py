@@ -20,7 +20,6 @@ from django.test import override_settings
 
 from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 from tests.support.polling import wait_for
 from tests.support.processes import LOG_DIR, free_port
 

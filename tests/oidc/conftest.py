@@ -25,7 +25,6 @@ from django.test import Client
 from fairness.actions.audit import Actor
 from fairness.models import Account, GroupMapping, Tier
 from fairness.portal.signin import oidc_backend
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
 from tests.support.processes import LOG_DIR, free_port, gateway_env

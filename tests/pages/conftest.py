@@ -1,30 +1,17 @@
-"""Pages under a live gateway: a poller and a traffic generator in background threads, a browser."""
+"""Pages under a live gateway: a poller and a traffic generator in background threads."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
-import pytest
 
 from fairness.demo import traffic_generator
 from fairness.telemetry import tasks
 from tests.support.cast import MODEL, Member
-from tests.support.processes import LOG_DIR
-
-if TYPE_CHECKING:
-    from playwright.sync_api import Browser
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 
 
 @contextmanager
@@ -109,39 +96,3 @@ def capacity_json(gateway_url: str) -> dict:
     response = httpx.get(gateway_url + "/api/capacity", timeout=10)
     response.raise_for_status()
     return response.json()
-
-
-@contextmanager
-def _launch() -> Iterator[Browser]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def chromium() -> Callable[[], AbstractContextManager[Browser]]:
-    """Opens headless Chromium when the test says so (`with chromium() as browser:`).
-
-    Not a browser fixture: while sync Playwright runs, this thread counts as inside an event loop,
-    so Django refuses database calls here, fixtures' set-up and tear-down among them. The test
-    opens the browser once its data is in place and closes it before the tables are flushed.
-    """
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"Browser tests need Debian's Chromium at {CHROMIUM}, which is missing. Install it "
-            "with `apt-get install -y chromium` (scripts/ensure-system.sh does it as root). "
-            "Do not run `playwright install`: it downloads another browser and fails offline.",
-            pytrace=False,
-        )
-    return _launch
-
-
-@pytest.fixture
-def screenshot_dir() -> Path:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    return LOG_DIR

@@ -11,7 +11,6 @@ from django.test import Client
 
 from fairness.models import ApiKey, Membership
 from fairness.portal.submit_once import new_token
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (pytest fixtures)
 
 SECRET = re.compile(r'<code id="secret">(gp-[^<]+)</code>')
 User = get_user_model()

@@ -16,7 +16,6 @@ from fairness.actions import accounts
 from fairness.actions.audit import Actor
 from fairness.actions.keys import issue_key
 from fairness.models import Account, ApiKey, UsageRecord
-from tests.pages.conftest import chromium, screenshot_dir  # noqa: F401  (the browser test's fixtures)
 
 SETUP = Actor(None, name="test-setup")
 _ids = itertools.count(1)
