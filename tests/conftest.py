@@ -23,10 +23,11 @@ pytest_plugins = ["tests.support.browser_fixtures"]
 
 # Fixtures that start processes (or a database that processes share): a test that uses any of them,
 # however indirectly, is marked `process`, so `make test-quick` can leave it out.
-PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker"}
-# Modules (or their folder's conftest.py) that start processes themselves, without those fixtures.
+PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker", "engine8"}
+# Modules (or their folder's conftest.py) that start processes themselves, without those fixtures;
+# `launch(` is tests/support/enginesim.py's (an enginesim on a free port).
 PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
-                   "private_redis(", "Popen(")
+                   "private_redis(", "Popen(", "launch(")
 # Fixtures that give a test the database: such a test is marked `database`, and the suite's
 # PostgreSQL pass runs those alone (the rest ran on SQLite already and do not depend on it).
 DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",
@@ -161,6 +162,14 @@ def sim() -> Iterator[EngineSimProcess]:
 
 
 @pytest.fixture
+def engine8() -> Iterator[EngineSimProcess]:
+    """A private 8-slot engine whose request log this test alone reads."""
+    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
+    yield process
+    process.stop()
+
+
+@pytest.fixture
 def replica(sim: EngineSimProcess, gateway):
     from fairness.models import Replica
 
@@ -183,6 +192,15 @@ def staff(tiers):
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_user("sam", password="a long staff password", is_staff=True)
+
+
+@pytest.fixture
+def admin_token(staff) -> str:
+    """sam's token for the admin API."""
+    from fairness.actions.audit import Actor
+    from fairness.actions.tokens import issue_admin_token
+
+    return issue_admin_token(Actor(staff), staff, "ci")[1]
 
 
 @pytest.fixture

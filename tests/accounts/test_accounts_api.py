@@ -9,9 +9,8 @@ import pytest
 from django.core.management import call_command
 
 from fairness.models import Account, AuditEntry, Membership
+from tests.support.accounts import charge
 from tests.support.cast import STAFF_IP
-
-from .conftest import charge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

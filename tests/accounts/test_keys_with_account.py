@@ -10,8 +10,7 @@ import pytest
 from fairness.actions import accounts
 from fairness.gateway.associations import association_of
 from fairness.models import ApiKey, AuditEntry
-
-from .conftest import SETUP
+from tests.support.audit import SETUP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 
 from fairness.actions import accounts
-
-from .conftest import SETUP, charge
+from tests.support.accounts import charge
+from tests.support.audit import SETUP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from fairness.scheduling.admission import Admission, Grant
-
-from .conftest import (
+from tests.support.admission import (
     GROUP,
     admitted,
     alice,

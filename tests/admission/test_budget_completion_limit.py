@@ -10,8 +10,7 @@ import pytest
 
 from fairness.scheduling.admission import BudgetExceeded, Demand
 from fairness.scheduling.limits import BudgetWindow, CompletionAsk
-
-from .conftest import GROUP, admitted, alice, enqueue, like
+from tests.support.admission import GROUP, admitted, alice, enqueue, like
 
 DAY = BudgetWindow(budget_id=9, counter="k1-day", limit=3000, window_start=1_699_920_000, resets_at=1_700_006_400,
                    words="this key has used its 3,000 tokens for 14 Nov")

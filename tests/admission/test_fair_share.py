@@ -12,8 +12,8 @@ import redis.asyncio as aredis
 from fairness.scheduling import fair_share
 from fairness.scheduling.admission import Admission
 from fairness.store import keyspace
+from tests.support.admission import GROUP, FakeClock, admitted, alice, bob, enqueue, eventually, granted, like
 
-from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, eventually, granted, like
 from .test_ordering import grant_order
 
 HOUR = 3600.0

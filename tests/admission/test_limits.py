@@ -8,19 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from fairness.scheduling.admission import Admission, QueueFull, QueueTimeout
-
-from .conftest import (
-    GROUP,
-    FakeClock,
-    admitted,
-    alice,
-    bob,
-    enqueue,
-    eventually,
-    granted,
-    like,
-    queued,
-)
+from tests.support.admission import GROUP, FakeClock, admitted, alice, bob, enqueue, eventually, granted, like, queued
 
 zed = like(bob, key_id="zed")
 

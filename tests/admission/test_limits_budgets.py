@@ -12,8 +12,7 @@ import redis.asyncio as aredis
 from fairness.scheduling.admission import BudgetExceeded, RateLimited
 from fairness.scheduling.limits import BudgetWindow, RateLimit
 from fairness.store import keyspace
-
-from .conftest import GROUP, FakeClock, admitted, alice, bob, enqueue, like
+from tests.support.admission import GROUP, FakeClock, admitted, alice, bob, enqueue, like
 
 MONTH = BudgetWindow(budget_id=7, counter="a1-month", limit=1000, window_start=1_699_000_000, resets_at=1_702_000_000,
                      words="project nlp has used its 1,000 tokens for November")

@@ -6,20 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from fairness.scheduling.admission import Admission, Grant
-
-from .conftest import (
-    GROUP,
-    FakeClock,
-    admitted,
-    alice,
-    bob,
-    carol,
-    dave,
-    enqueue,
-    granted,
-    like,
-    start,
-)
+from tests.support.admission import GROUP, FakeClock, admitted, alice, bob, carol, dave, enqueue, granted, like, start
 
 zed = like(alice, key_id="zed")  # holds the only slot while the others line up
 

@@ -18,8 +18,7 @@ import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
 from fairness.store import keyspace
-
-from .conftest import GROUP, alice, bob, carol, eventually, like, queued, start
+from tests.support.admission import GROUP, alice, bob, carol, eventually, like, queued, start
 
 WORKER = Path(__file__).with_name("worker.py")
 Make = Callable[..., Awaitable[Admission]]

@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from fairness.scheduling.admission import Admission, QueueFull
-
-from .conftest import (
+from tests.support.admission import (
     GROUP,
     FakeClock,
     admitted,

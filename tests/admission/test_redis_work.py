@@ -13,7 +13,7 @@ import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
 from fairness.scheduling.limits import BudgetWindow, RateLimit
-from tests.admission.conftest import GROUP, alice, carol, like
+from tests.support.admission import GROUP, alice, carol, like
 from tests.support.redis_server import PrivateRedis
 
 REQUESTS = 50

@@ -11,19 +11,7 @@ import pytest
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission, Grant
-
-from .conftest import (
-    GROUP,
-    admitted,
-    alice,
-    bob,
-    enqueue,
-    eventually,
-    granted,
-    in_flight,
-    like,
-    queued,
-)
+from tests.support.admission import GROUP, admitted, alice, bob, enqueue, eventually, granted, in_flight, like, queued
 
 zed = like(bob, key_id="zed")
 

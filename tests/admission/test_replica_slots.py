@@ -9,7 +9,7 @@ from collections import Counter
 
 from fairness.scheduling.routing import choose, preference
 from fairness.store import keyspace
-from tests.admission.conftest import (
+from tests.support.admission import (
     admitted,
     alice,
     bob,
@@ -21,7 +21,7 @@ from tests.admission.conftest import (
     start,
     until_queued,
 )
-from tests.routing.conftest import replica
+from tests.support.replicas import replica
 
 GROUP = alice.group
 OPEN = dict(per_key_cap=1000, max_queued_per_key=1000)

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import RESTART_HOLD_SECONDS, Admission
-from tests.admission.conftest import alice, bob, eventually, like
+from tests.support.admission import alice, bob, eventually, like
 from tests.support.redis_server import PrivateRedis
 
 

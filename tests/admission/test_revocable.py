@@ -10,8 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from fairness.scheduling.admission import Admission, Grant
-
-from .conftest import GROUP, alice, bob, carol, enqueue, eventually, granted, like, start, until_queued
+from tests.support.admission import GROUP, alice, bob, carol, enqueue, eventually, granted, like, start, until_queued
 
 runner_carol = like(carol, revocable=True)
 

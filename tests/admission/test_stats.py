@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
-
-from .conftest import GROUP, FakeClock, admitted, alice, bob, carol, enqueue, granted, like
+from tests.support.admission import GROUP, FakeClock, admitted, alice, bob, carol, enqueue, granted, like
 
 Make = Callable[..., Awaitable[Admission]]
 

@@ -10,8 +10,7 @@ import pytest
 import redis.asyncio as aredis
 
 from fairness.scheduling.admission import Admission
-
-from .conftest import (
+from tests.support.admission import (
     GROUP,
     FakeClock,
     admitted,

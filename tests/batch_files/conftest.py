@@ -4,18 +4,14 @@ body timeout short enough to test."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.batch_files import BODY_TIMEOUT, FILE_LIMIT, FILES_PER_USER, empty_storage
 from tests.support.gateway_process import GatewayProcess
 from tests.support.processes import start_gateway
-
-FILE_LIMIT = 202 * 1024 * 1024
-FILES_PER_USER = 5
-BODY_TIMEOUT = 4.0  # a gap this long in an upload gets 408
 
 
 @pytest.fixture(scope="session")
@@ -37,27 +33,3 @@ def gateway_session(live_db_url: str, batch_files_dir: Path) -> Iterator[Gateway
 @pytest.fixture(autouse=True)
 def stored_files(batch_files_dir: Path, settings) -> Path:
     return empty_storage(batch_files_dir, settings)
-
-
-def empty_storage(directory: Path, settings) -> Path:
-    """The storage directory, empty at the start of each test; this process stores there too."""
-    for entry in directory.iterdir():
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "batch_files": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                        "OPTIONS": {"location": str(directory)}},
-    }
-    return directory
-
-
-def files_on_disk(directory: Path) -> list[Path]:
-    return sorted(path for path in directory.rglob("*") if path.is_file())
-
-
-def jsonl(lines: int = 3) -> bytes:
-    return b"".join(
-        b'{"custom_id": "req-%d", "method": "POST", "url": "/v1/chat/completions", '
-        b'"body": {"model": "sim", "messages": [{"role": "user", "content": "hi"}]}}\n' % n
-        for n in range(lines)
-    )

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from fairness.models import BatchFile
-from tests.batch_files.conftest import files_on_disk, jsonl
+from tests.support.batch_files import files_on_disk, jsonl
 
 
 def upload(gateway, secret: str, content: bytes, *, purpose: str | None = "batch", filename: str = "in.jsonl",

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from fairness.models import BatchFile
-from tests.batch_files.conftest import BODY_TIMEOUT, FILE_LIMIT, FILES_PER_USER, files_on_disk, jsonl
+from tests.support.batch_files import BODY_TIMEOUT, FILE_LIMIT, FILES_PER_USER, files_on_disk, jsonl
 from tests.support.polling import wait_for
 
 MiB = 1024 * 1024

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from fairness.actions.keys import issue_key
 from fairness.models import Tier
-from tests.batch_files.conftest import jsonl
+from tests.support.batch_files import jsonl
 from tests.support.cast import Member
 
 

@@ -14,9 +14,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import BatchFile, BatchFileState
-from tests.batch_files.conftest import files_on_disk, jsonl
 from tests.batch_files.test_hostile_input import upload
 from tests.batch_files.test_limits import FIRST_LINE, _send_chunk, _start_streaming_upload, answer_before_the_body
+from tests.support.batch_files import files_on_disk, jsonl
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway

@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from fairness.models import ApiKey, BatchFile
-from tests.batch_files.conftest import files_on_disk, jsonl
 from tests.batch_files.test_hostile_input import upload
+from tests.support.batch_files import files_on_disk, jsonl
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.batch_files.conftest import jsonl
 from tests.batch_files.test_limits import read_answer
+from tests.support.batch_files import jsonl
 
 MiB = 1024 * 1024
 UPLOAD_BYTES = 40 * MiB

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 
 from fairness.models import BatchStatus
-from tests.batch_pages.conftest import carol_key, make_batch
-from tests.pages.conftest import capacity_json
+from tests.support.batch_rows import carol_key, make_batch
+from tests.support.live_load import capacity_json
 
 
 def test_the_page_and_the_api_say_no_batch_work_is_queued(gateway, cast):

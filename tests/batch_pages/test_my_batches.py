@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import AsyncClient, Client
 
 from fairness.models import AuditEntry, Batch, BatchStatus
-from tests.batch_pages.conftest import carol_key, make_batch, stored_file
+from tests.support.batch_rows import carol_key, make_batch, stored_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from fairness.batch.progress import (
     queued_work,
 )
 from fairness.models import Batch, BatchLine, BatchStatus
-from tests.batch_pages.conftest import carol_key, make_batch
+from tests.support.batch_rows import carol_key, make_batch
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 

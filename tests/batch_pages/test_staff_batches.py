@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from fairness.models import ApiKey, AuditEntry, Batch, BatchStatus
-from tests.batch_pages.conftest import carol_key, make_batch, stored_file
+from tests.support.batch_rows import carol_key, make_batch, stored_file
 from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)

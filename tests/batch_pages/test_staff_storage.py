@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 
 from fairness.models import AuditEntry, Batch, BatchFile, BatchLine, BatchStatus
-from tests.batch_files.conftest import files_on_disk
-from tests.batch_pages.conftest import carol_key, make_batch, stored_file
+from tests.support.batch_files import files_on_disk
+from tests.support.batch_rows import carol_key, make_batch, stored_file
 from tests.support.cast import STAFF_IP
 
 SECRET = b'{"custom_id": "secret-prompt", "body": {"messages": [{"content": "the unpublished result"}]}}\n'

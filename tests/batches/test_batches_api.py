@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from fairness.actions.keys import issue_key
 from fairness.models import Batch, BatchFile
-from tests.batches.conftest import chat_lines
+from tests.support.batches import chat_lines
 from tests.support.cast import Member
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import ApiKey, Batch, Replica
-from tests.batches.conftest import output_lines, wait_for_status
+from tests.support.batches import output_lines, wait_for_status
 from tests.support.polling import wait_for
 
 ENDED = {"completed", "failed", "expired", "cancelled"}

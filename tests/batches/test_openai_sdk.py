@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from fairness.models import BatchLine, UsageRecord
-from tests.batches.conftest import chat_lines, output_lines, wait_for_status
+from tests.support.batches import chat_lines, output_lines, wait_for_status
 from tests.support.polling import wait_for
 
 

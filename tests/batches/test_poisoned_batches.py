@@ -11,7 +11,7 @@ from django.core.files.base import ContentFile
 
 from fairness.batch.storage_writer import batch_storage
 from fairness.models import BatchFile
-from tests.batches.conftest import chat_lines, output_lines, wait_for_status
+from tests.support.batches import chat_lines, output_lines, wait_for_status
 
 ENDED = {"completed", "failed", "expired", "cancelled"}
 OTHER_BATCH_TIMEOUT = 30.0  # it takes a second or two; the poisoned batch held it for as long as it ran

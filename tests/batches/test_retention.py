@@ -14,8 +14,8 @@ from django.utils import timezone
 from fairness.batch import result_files, retention
 from fairness.batch.tasks import prune_batch_storage
 from fairness.models import ApiKey, Batch, BatchFile, BatchFileState, BatchLine, BatchLineState, BatchStatus
-from tests.batch_files.conftest import files_on_disk
-from tests.batch_pages.conftest import make_batch, stored_file
+from tests.support.batch_files import files_on_disk
+from tests.support.batch_rows import make_batch, stored_file
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)

@@ -14,8 +14,8 @@ from django.utils import timezone
 from fairness.actions import budgets
 from fairness.models import ApiKey, AuditEntry, Budget
 from fairness.telemetry import budget_status
-
-from .conftest import SETUP, use
+from tests.support.audit import SETUP
+from tests.support.budgets import use
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

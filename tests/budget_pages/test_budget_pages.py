@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from fairness.actions import budgets
 from fairness.models import AuditEntry, Budget
+from tests.support.audit import SETUP
+from tests.support.budgets import use
 from tests.support.cast import STAFF_IP
-
-from .conftest import SETUP, use
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from fairness.actions import budgets
 from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
+from tests.support.audit import SETUP
 from tests.support.browser_checks import check_page
-
-from .conftest import SETUP, use
+from tests.support.budgets import use
 
 User = get_user_model()
 

@@ -14,9 +14,9 @@ from fairness.actions import budgets
 from fairness.actions.audit import Actor
 from fairness.actions.tokens import issue_admin_token
 from fairness.models import ApiKey, AuditEntry, Budget
+from tests.support.audit import SETUP
+from tests.support.budgets import use
 from tests.support.cast import STAFF_IP
-
-from .conftest import SETUP, use
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ import pytest
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import ApiKey, Budget, Replica, Tier
 from tests.budgets.test_budgets_live import budget_counters
-from tests.fair_sharing.conftest import nothing_held
 from tests.support.cast import MODEL
+from tests.support.live_admission import nothing_held
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

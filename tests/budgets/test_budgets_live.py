@@ -11,7 +11,7 @@ import redis
 from fairness.models import ApiKey, Budget, Tier
 from fairness.scheduling import fair_share
 from fairness.store import keyspace
-from tests.fair_sharing.conftest import chat_body, nothing_held
+from tests.support.live_admission import chat_body, nothing_held
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 from tests.support.redis_db import TEST_REDIS_URL

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from fairness.models import Tier
-from tests.fair_sharing.conftest import chat_body
+from tests.support.live_admission import chat_body
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

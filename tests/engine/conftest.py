@@ -17,10 +17,9 @@ import pytest
 
 from tests.engine.vllm_server import REPO_ROOT, SERVED_MODEL_NAME, VLLMServer, engine_python, start_all, stop_all
 from tests.support.gateway_process import GatewayProcess
-from tests.support.processes import start_gateway
+from tests.support.processes import LOG_DIR, start_gateway
 
 MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"))
-LOG_DIR = REPO_ROOT / "var" / "test-logs"
 
 
 TIMINGS: dict[str, float] = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.batches.conftest import RUNNER_ENV, output_lines, wait_for_status
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
+from tests.support.batches import RUNNER_ENV, output_lines, wait_for_status
 from tests.support.processes import LOG_DIR, free_port, gateway_env
 from tests.support.worker_process import WorkerProcess
 

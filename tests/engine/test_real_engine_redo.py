@@ -15,9 +15,9 @@ import redis
 from fairness.store import keyspace
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.engine.vllm_server import VLLMServer
-from tests.fair_sharing.conftest import key_stats, wait_async
 from tests.support.cast import Member
 from tests.support.gateway_process import GatewayProcess
+from tests.support.live_admission import key_stats, wait_async
 from tests.support.redis_db import TEST_REDIS_URL
 
 SLOTS = 4

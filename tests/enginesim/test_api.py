@@ -10,8 +10,7 @@ import openai
 import pytest
 
 from enginesim.process import EngineSimProcess
-
-from .conftest import MODEL, chat_body, launch
+from tests.support.enginesim import MODEL, chat_body, launch
 
 
 def sse_events(text: str) -> list[Any]:

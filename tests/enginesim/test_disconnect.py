@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from .conftest import MODEL, astats, async_wait_until, launch, stats, wait_until
+from tests.support.enginesim import MODEL, astats, async_wait_until, launch, stats, wait_until
 
 LONG = {"model": MODEL, "prompt": "Write forever.", "max_tokens": 3000, "ignore_eos": True}
 

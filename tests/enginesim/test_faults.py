@@ -8,8 +8,7 @@ import httpx
 import pytest
 
 from enginesim.process import EngineSimProcess
-
-from .conftest import chat_body, launch, stats
+from tests.support.enginesim import chat_body, launch, stats
 
 
 @pytest.fixture

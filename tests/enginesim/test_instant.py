@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from enginesim.process import EngineSimProcess
+from tests.support.enginesim import MODEL, chat_body, launch, stats
 
-from .conftest import MODEL, chat_body, launch, stats
 from .test_api import sse_events
 
 

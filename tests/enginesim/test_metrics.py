@@ -8,8 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from enginesim.process import EngineSimProcess
-
-from .conftest import MODEL, chat_body, launch, stats, wait_until
+from tests.support.enginesim import MODEL, chat_body, launch, stats, wait_until
 
 EXPECTED_SAMPLES = {
     "vllm:num_requests_running",

@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from enginesim.process import EngineSimProcess
-
-from .conftest import MODEL, chat_body, launch
+from tests.support.enginesim import MODEL, chat_body, launch
 
 # 100 bytes a line: 25 tokens; twenty lines, 500 tokens, 31 whole blocks of 16.
 LONG = "".join(f"line {n:03} of a system prompt the whole group sends before every question..........\n"

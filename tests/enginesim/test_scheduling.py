@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import MODEL, astats, async_wait_until, launch
+from tests.support.enginesim import MODEL, astats, async_wait_until, launch
 
 
 async def completion_order(policy: str, priorities: list[int]) -> list[int]:

@@ -16,8 +16,7 @@ import pytest
 
 from enginesim.engine import TimingModel
 from enginesim.process import EngineSimProcess
-
-from .conftest import MODEL, astats, async_wait_until, launch
+from tests.support.enginesim import MODEL, astats, async_wait_until, launch
 
 WINDOW_S = 2.0
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import httpx
 
 from enginesim.process import EngineSimProcess
-
-from .conftest import MODEL, chat_body
+from tests.support.enginesim import MODEL, chat_body
 
 
 def test_tokenize_counts_a_chat_as_its_generation_does(sim: EngineSimProcess, client: httpx.Client) -> None:

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from fairness.models import Account, AuditEntry, Membership
-from tests.fair_share_pages.conftest import charge
+from tests.support.accounts import charge
 from tests.support.cast import STAFF_IP
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,7 @@ def row_of(html: str, name: str) -> str:
 
 
 def test_the_tree_shows_each_nodes_share_usage_and_factor(staff_client, tree):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     response = staff_client.get("/staff/accounts/")
     assert response.status_code == 200
     html = response.content.decode()

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
-from tests.fair_share_pages.conftest import charge
+from tests.support.accounts import charge
 from tests.support.browser_checks import check_page
 
 User = get_user_model()
@@ -24,7 +24,7 @@ BAR_FILLS = """(name) => {
 
 @pytest.mark.browser
 def test_the_staff_tree_shows_bars_and_factors(chromium, gateway, tree, staff):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     staff.set_password(STAFF_PASSWORD)
     staff.save()
     with chromium() as browser:
@@ -59,7 +59,7 @@ def test_the_staff_tree_shows_bars_and_factors(chromium, gateway, tree, staff):
 
 @pytest.mark.browser
 def test_a_heavy_user_reads_where_they_stand_on_their_page(chromium, gateway, tree):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     alice = User.objects.get(username="alice")
     alice.set_password(ALICE_PASSWORD)
     alice.save()

@@ -10,7 +10,7 @@ from django.test import Client, override_settings
 
 from fairness.models import Tier
 from fairness.portal.reports.fair_share_words import half_life_in_words, policy_paragraph
-from tests.fair_share_pages.conftest import charge
+from tests.support.accounts import charge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,7 +22,7 @@ def standing_section(html: str) -> str:
 
 
 def test_a_heavy_user_reads_how_far_over_their_share_they_are(researcher_client, tree):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     section = standing_section(researcher_client.get("/me/").content.decode())
     assert ("In nlp you used 2.5× your share lately; your requests wait behind lighter users&#x27; until it "
             "decays") in section
@@ -32,7 +32,7 @@ def test_a_heavy_user_reads_how_far_over_their_share_they_are(researcher_client,
 
 
 def test_the_sentences_tell_nothing_of_other_users(tree, cast):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     from django.contrib.auth import get_user_model
 
     client = Client()
@@ -44,7 +44,7 @@ def test_the_sentences_tell_nothing_of_other_users(tree, cast):
 
 
 def test_the_capacity_page_explains_the_policy_without_names_or_usage(tree, cast):
-    charge(tree.alice, 1000.0)
+    charge((tree.alice, 1000.0))
     html = Client().get("/capacity/").content.decode()
     found = re.search(r'<p id="fair-share-policy">(.*?)</p>', html, re.S)
     assert found

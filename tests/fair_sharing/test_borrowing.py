@@ -6,8 +6,8 @@ import time
 import httpx
 
 from fairness.models import Replica
-from tests.fair_sharing.conftest import chat_body, drop, nothing_held, peak_overlap, send, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, drop, nothing_held, peak_overlap, send, wait_async
 from tests.support.polling import wait_for
 
 

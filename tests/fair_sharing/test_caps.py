@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 
 from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import chat_body, nothing_held, peak_overlap, send
 from tests.support.cast import MODEL, Member
+from tests.support.live_admission import chat_body, nothing_held, peak_overlap, send
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

@@ -14,8 +14,8 @@ from django.conf import settings
 from fairness.models import ApiKey, FairShareUsage, Replica
 from fairness.scheduling import fair_share
 from fairness.scheduling.admission import Admission
-from tests.fair_sharing.conftest import chat_body, nothing_held
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, nothing_held
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 from tests.support.redis_db import TEST_REDIS_URL

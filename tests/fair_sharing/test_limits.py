@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import chat_body, drop, hold, key_stats, send, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, drop, hold, key_stats, send, wait_async
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import admission_stats, chat_body, drop, key_stats, nothing_held, send, wait_async
 from tests.support.cast import MODEL, Member
+from tests.support.live_admission import admission_stats, chat_body, drop, key_stats, nothing_held, send, wait_async
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

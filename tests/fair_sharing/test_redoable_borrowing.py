@@ -9,8 +9,8 @@ import httpx
 from fairness.accounting import usage
 from fairness.models import Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.fair_sharing.conftest import chat_body, drop, nothing_held, send, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, drop, nothing_held, send, wait_async
 from tests.support.polling import wait_for
 
 ANSWER_TOKENS = 2000  # about a second at speed 20

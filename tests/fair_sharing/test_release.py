@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from fairness.models import Replica
-from tests.fair_sharing.conftest import chat_body, drop, hold, key_stats, nothing_held, send, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, drop, hold, key_stats, nothing_held, send, wait_async
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

@@ -10,8 +10,8 @@ import httpx
 
 from enginesim.process import start_enginesim
 from fairness.models import Replica
-from tests.fair_sharing.conftest import admission_stats, hold
 from tests.support.cast import MODEL
+from tests.support.live_admission import admission_stats, hold
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 

@@ -21,9 +21,9 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
 from fairness.scheduling.live_counts import person_load
-from tests.fair_sharing.conftest import chat_body, nothing_held
 from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
+from tests.support.live_admission import chat_body, nothing_held
 from tests.support.polling import async_wait_for, wait_for
 from tests.support.processes import start_gateway
 

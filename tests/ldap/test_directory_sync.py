@@ -15,8 +15,9 @@ from fairness.actions.users import set_user_active
 from fairness.models import AuditEntry, Membership
 from fairness.portal.signin import ldap_sync
 from fairness.portal.signin.ldap_sync import sync_directory
-from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, ldap_environment, needs_slapd, user_dn
 from tests.ldap.test_password_signin import memberships, sign_in
+from tests.support.audit import SETUP
+from tests.support.ldap import PASSWORDS, Labs, Slapd, ldap_environment, needs_slapd, user_dn
 from tests.support.polling import wait_for
 
 pytestmark = needs_slapd

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import Membership
-from tests.ldap.conftest import PASSWORDS, Labs, Slapd, ldap_environment, needs_slapd
 from tests.support.gateway_process import GatewayProcess
+from tests.support.ldap import PASSWORDS, Labs, Slapd, ldap_environment, needs_slapd
 from tests.support.processes import start_gateway
 
 pytestmark = needs_slapd

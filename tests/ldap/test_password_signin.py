@@ -12,7 +12,8 @@ from django.test import Client, override_settings
 from fairness.actions.keys import issue
 from fairness.models import AuditEntry, Membership
 from fairness.portal.signin import group_sync
-from tests.ldap.conftest import PASSWORDS, SETUP, Labs, Slapd, needs_slapd
+from tests.support.audit import SETUP
+from tests.support.ldap import PASSWORDS, Labs, Slapd, needs_slapd
 
 pytestmark = needs_slapd
 User = get_user_model()

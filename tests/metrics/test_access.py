@@ -5,8 +5,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.metrics.conftest import scrape
 from tests.support.gateway_process import GatewayProcess
+from tests.support.metrics import scrape
 from tests.support.processes import start_gateway
 
 TOKEN = "scrape-token-for-tests"

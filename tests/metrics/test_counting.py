@@ -12,7 +12,7 @@ from fairness.gateway import accounting
 from fairness.models import UsageRecord
 from fairness.store import keyspace
 from fairness.telemetry import gateway_metrics
-from tests.metrics.conftest import Samples
+from tests.support.metrics import Samples
 
 
 def event(**overrides) -> accounting.UsageEvent:

@@ -7,9 +7,9 @@ import pytest
 
 from enginesim.process import start_enginesim
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import chat_body, drop, hold, key_stats, send, wait_async
-from tests.metrics.conftest import Samples, scrape, scrape_until
 from tests.support.cast import MODEL
+from tests.support.live_admission import chat_body, drop, hold, key_stats, send, wait_async
+from tests.support.metrics import Samples, scrape, scrape_until
 
 REQUESTS = "gpuportal_requests_total"
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.fair_sharing.conftest import drop, hold
-from tests.metrics.conftest import Samples, ask, scrape, scrape_until
 from tests.support.gateway_process import GatewayProcess
+from tests.support.live_admission import drop, hold
+from tests.support.metrics import Samples, ask, scrape, scrape_until
 from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
 
 REQUESTS = "gpuportal_requests_total"

@@ -10,8 +10,7 @@ import pytest
 from fairness.gateway.api_keys import _load, hash_secret
 from fairness.gateway.model_access import ModelAccess, model_access_of
 from fairness.models import ApiKey
-
-from .conftest import key_in, restrict
+from tests.support.model_access import key_in, restrict
 
 pytestmark = pytest.mark.django_db
 

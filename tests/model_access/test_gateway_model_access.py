@@ -13,9 +13,8 @@ import pytest
 from fairness.models import Account, Replica
 from tests.proxy.test_bad_input import CHAT, assert_error, post
 from tests.support.cast import MODEL
+from tests.support.model_access import OTHER_MODEL, restrict
 from tests.support.polling import wait_for
-
-from .conftest import OTHER_MODEL, restrict
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

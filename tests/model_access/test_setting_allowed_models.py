@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fairness.models import MAX_ALLOWED_MODELS, Account, AuditEntry, Tier
+from tests.support.audit import SETUP
 from tests.support.cast import STAFF_IP
-
-from .conftest import SETUP, restrict
+from tests.support.model_access import restrict
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,8 @@ from fairness.actions.keys import issue
 from fairness.actions.users import set_user_active
 from fairness.models import ApiKey, AuditEntry, Membership
 from fairness.portal.signin import group_sync
-from tests.oidc.conftest import SETUP, Labs
+from tests.support.audit import SETUP
+from tests.support.oidc import Labs
 
 User = get_user_model()
 SYNC = group_sync.sync_actor("oidc")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.oidc.conftest import Labs, Provider, signed_in_as, sso_sign_in
+from tests.support.oidc import Labs, Provider, signed_in_as, sso_sign_in
 
 
 def test_an_error_answer_nobody_asked_for_shows_none_of_its_text_and_keeps_the_session(

@@ -16,7 +16,8 @@ from fairness.actions.keys import issue
 from fairness.actions.users import create_user
 from fairness.models import AuditEntry, Membership, SsoIdentity
 from fairness.portal.signin import group_sync, sso_identities
-from tests.oidc.conftest import SETUP, STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
+from tests.support.audit import SETUP
+from tests.support.oidc import STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
 
 User = get_user_model()
 OIDC = group_sync.sync_actor("oidc")

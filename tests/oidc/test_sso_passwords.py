@@ -12,7 +12,7 @@ from django.test import Client
 from fairness.actions.audit import Actor
 from fairness.actions.users import set_password
 from fairness.models import AuditEntry
-from tests.oidc.conftest import STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
+from tests.support.oidc import STAFF_IP, Labs, Provider, pages_as, signed_in_as, sso_sign_in
 
 User = get_user_model()
 NEW = {"new_password1": "a taken-over account", "new_password2": "a taken-over account"}

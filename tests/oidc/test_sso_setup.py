@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
-from tests.oidc.conftest import Provider, sso_settings
+from tests.support.oidc import Provider, sso_settings
 from tests.support.processes import free_port
 
 User = get_user_model()

@@ -15,7 +15,8 @@ from fairness.actions import accounts
 from fairness.actions.keys import issue
 from fairness.models import AuditEntry, Membership
 from fairness.portal.signin import sso_identities
-from tests.oidc.conftest import SETUP, Labs, Provider
+from tests.support.audit import SETUP
+from tests.support.oidc import Labs, Provider
 from tests.support.polling import wait_for
 
 User = get_user_model()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.test import Client
 
 from fairness.models import AuditEntry, GroupMapping
-from tests.oidc.conftest import Labs
+from tests.support.oidc import Labs
 
 
 def test_only_staff_reach_the_page(labs: Labs, researcher_client):

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from fairness.models import SaturationAlert
 from fairness.telemetry.capacity_model import USER_COUNTS
-from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan
 from tests.support.cast import MODEL
+from tests.support.live_load import capacity_json, polling, running_traffic, traffic_plan
 from tests.support.polling import wait_for
 
 SENTENCE = re.compile(

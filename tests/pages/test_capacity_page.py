@@ -8,8 +8,8 @@ import httpx
 from django.utils import timezone
 
 from fairness.models import ApiKey, SaturationAlert
-from tests.pages.conftest import capacity_json, polling, running_traffic, traffic_plan
 from tests.support.cast import MODEL
+from tests.support.live_load import capacity_json, polling, running_traffic, traffic_plan
 from tests.support.polling import wait_for
 
 

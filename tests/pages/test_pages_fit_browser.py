@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
-from tests.pages.conftest import polling
 from tests.support.browser_checks import WIDTHS, check_page, sideways_overflow
 from tests.support.cast import MODEL
+from tests.support.live_load import polling
 from tests.support.polling import wait_for
 
 ALICE_PASSWORD = "alice's long password"

@@ -34,17 +34,6 @@ def front_end_key(cast, tiers) -> FrontEndKey:
 
 
 @pytest.fixture
-def engine8():
-    """A private 8-slot engine whose request log this test alone reads."""
-    from enginesim.process import start_enginesim
-    from tests.support.cast import MODEL
-
-    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
-    yield process
-    process.stop()
-
-
-@pytest.fixture
 def slow_engine():
     """An engine slow enough that a long stream outlasts any test's look at it (about 40 s)."""
     from enginesim.process import start_enginesim

@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from fairness.accounting import usage
 from fairness.models import ApiKey, Membership, Replica, UsageRecord
 from fairness.store.redis_clients import redis_sync
-from tests.fair_sharing.conftest import admission_stats, drop, wait_async
 from tests.people.openwebui import OpenWebUIUser, jwt_headers, plain_headers
 from tests.support.cast import MODEL
+from tests.support.live_admission import admission_stats, drop, wait_async
 from tests.support.polling import wait_for as eventually
 
 ANNA = OpenWebUIUser("u-anna", "anna@lab.example", "Anna Berg")

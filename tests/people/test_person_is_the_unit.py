@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 
 from fairness.actions.keys import issue_key
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import drop, key_stats, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import drop, key_stats, wait_async
 
 
 def five_keys(cast, tiers) -> list[str]:

@@ -16,10 +16,10 @@ from fairness.gateway import context_lengths, engine_client
 from fairness.gateway.context_lengths import ContextLengths, stated_context
 from fairness.gateway.views import LOWERED_HEADER
 from fairness.models import Budget, Replica
-from tests.routing.conftest import replica
 from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
 from tests.support.polling import wait_for
+from tests.support.replicas import replica
 
 
 def models(model: str, figure: object) -> dict[str, object]:

@@ -8,8 +8,8 @@ import pytest
 
 from fairness.gateway import engine_client
 from fairness.gateway.errors import ApiError
-from tests.routing.conftest import replica
 from tests.support.processes import free_port
+from tests.support.replicas import replica
 
 
 @pytest.fixture

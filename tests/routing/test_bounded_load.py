@@ -9,7 +9,7 @@ import random
 from collections import Counter
 
 from fairness.scheduling.routing import choose, preference
-from tests.routing.conftest import replica
+from tests.support.replicas import replica
 
 
 def bound(load: Counter, replicas, epsilon: float) -> int:

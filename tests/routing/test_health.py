@@ -5,9 +5,9 @@ from __future__ import annotations
 from fairness.gateway import health_probes
 from fairness.scheduling import health
 from fairness.store import keyspace
-from tests.routing.conftest import replica
 from tests.support.polling import async_wait_for
 from tests.support.processes import free_port
+from tests.support.replicas import replica
 
 R0, R1 = replica("r0"), replica("r1")
 NAMES = [R0, R1]

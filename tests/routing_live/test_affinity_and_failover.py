@@ -7,8 +7,8 @@ import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica
-from tests.fair_sharing.conftest import admission_stats
 from tests.support.cast import MODEL
+from tests.support.live_admission import admission_stats
 from tests.support.polling import wait_for
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.models import Replica, Tier
-from tests.fair_sharing.conftest import admission_stats, chat_body, send, wait_async
 from tests.support.cast import MODEL
+from tests.support.live_admission import admission_stats, chat_body, send, wait_async
 from tests.support.processes import start_gateway
 
 SLOTS = 4  # what the portal is told each replica runs at once

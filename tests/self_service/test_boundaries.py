@@ -11,8 +11,7 @@ from fairness.actions import self_service
 from fairness.actions.audit import Actor
 from fairness.models import Account, ApiKey, AuditEntry, GroupMapping, Membership, Tier
 from fairness.portal.submit_once import new_token
-
-from .conftest import default_membership_of, make_key, signed_in
+from tests.support.key_forms import default_membership_of, make_key, signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()

@@ -97,7 +97,7 @@ def test_me_and_the_staff_home_list_keys_expiring_within_a_week(cast, staff_clie
     soon = timezone.now() + dt.timedelta(days=2)
     ApiKey.objects.filter(pk=cast["alice"].key_id).update(expires_at=soon)
     later = ApiKey.objects.get(pk=cast["alice"].key_id)
-    from .conftest import signed_in
+    from tests.support.key_forms import signed_in
 
     alice = signed_in("alice")
     page = alice.get("/me/").content.decode()

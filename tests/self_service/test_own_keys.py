@@ -10,8 +10,7 @@ from django.utils import timezone
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import Account, ApiKey, AuditEntry, Membership
 from fairness.portal.submit_once import new_token
-
-from .conftest import User, default_membership_of, make_key
+from tests.support.key_forms import User, default_membership_of, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

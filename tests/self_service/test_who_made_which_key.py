@@ -8,9 +8,7 @@ import json
 import pytest
 
 from fairness.models import ApiKey, Tier
-from tests.web_pages.conftest import key_form
-
-from .conftest import make_key
+from tests.support.key_forms import key_form, make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,8 +1,6 @@
-from pathlib import Path
-
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+from tests.support.captures import FIXTURES
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairness.telemetry.engine_kinds import ENGINES
 from fairness.telemetry.metrics_parser import Snapshot, parse_metrics, rates_between
-
-from .conftest import FIXTURES
+from tests.support.captures import FIXTURES
 
 CAPTURES = sorted(FIXTURES.glob("*.txt"))
 

@@ -16,7 +16,7 @@ from fairness.telemetry.saturation import Figures, Transition
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 from tests.support.processes import free_port
-from tests.telemetry_live.conftest import load_on, poll, run
+from tests.support.telemetry import load_on, poll, run
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from fairness.models import Replica, SaturationAlert
 from fairness.telemetry import alerts
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
-from tests.telemetry_live.conftest import poll, run
+from tests.support.telemetry import poll, run
 from tests.telemetry_live.senders import HeldRequests
 
 

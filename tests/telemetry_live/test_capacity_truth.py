@@ -2,7 +2,7 @@
 
 from fairness.telemetry import capacity_store
 from tests.support.polling import wait_for
-from tests.telemetry_live.conftest import load_on, poll, running_is
+from tests.support.telemetry import load_on, poll, running_is
 
 
 def engine_rate(before: dict, after: dict) -> float:

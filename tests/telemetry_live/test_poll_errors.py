@@ -11,7 +11,7 @@ import pytest
 
 from fairness.models import Replica
 from tests.support.cast import MODEL
-from tests.telemetry_live.conftest import poll
+from tests.support.telemetry import poll
 
 SECRET = "AKIA-not-a-real-key-7Q2"
 ANSWERS = {  # path prefix -> (status, body)

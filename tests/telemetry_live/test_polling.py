@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from fairness.models import EngineSample
 from fairness.telemetry import polling
-from tests.telemetry_live.conftest import load_on, poll, run, running_is
+from tests.support.telemetry import load_on, poll, run, running_is
 
 
 def test_a_poll_stores_the_latest_reading_and_a_sample_with_rates(engine):

@@ -17,7 +17,7 @@ from fairness.telemetry.capacity_model import NOT_ENOUGH_DATA
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 from tests.support.processes import free_port
-from tests.telemetry_live.conftest import load_on, running_is
+from tests.support.telemetry import load_on, running_is
 
 
 def engine(name: str) -> tuple[EngineSimProcess, Replica]:

@@ -4,7 +4,7 @@ import httpx
 
 from fairness.models import EngineSample
 from tests.support.polling import wait_for
-from tests.telemetry_live.conftest import load_on
+from tests.support.telemetry import load_on
 
 
 def test_beat_polls_every_replica_and_the_api_shows_them(worker, gateway, engine):

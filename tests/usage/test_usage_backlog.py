@@ -16,7 +16,7 @@ from fairness.models import SaturationAlert, UsageRecord
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane, first_error
 from fairness.telemetry import alert_words, alerts, gateway_metrics
-from tests.metrics.conftest import Samples
+from tests.support.metrics import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

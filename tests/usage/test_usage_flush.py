@@ -10,7 +10,7 @@ from fairness.gateway import accounting
 from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
 from fairness.telemetry import gateway_metrics
-from tests.metrics.conftest import Samples
+from tests.support.metrics import Samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

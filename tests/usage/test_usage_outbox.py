@@ -27,7 +27,7 @@ from fairness.models import ApiKey, UsageRecord
 from fairness.store import keyspace
 from fairness.store.redis_lane import RedisLane
 from fairness.telemetry import gateway_metrics
-from tests.metrics.conftest import Samples
+from tests.support.metrics import Samples
 from tests.support.polling import async_wait_for
 from tests.support.redis_server import PrivateRedis
 

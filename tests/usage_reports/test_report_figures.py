@@ -13,8 +13,7 @@ from django.test import override_settings
 from fairness.models import UsageRecord
 from fairness.portal.reports import usage as usage_report
 from fairness.portal.reports.usage import BadReport, account_tree, parse_grouping, report
-
-from .conftest import DAY, NOON, record
+from tests.support.usage_records import DAY, NOON, record
 
 NEXT_DAY = DAY + dt.timedelta(days=1)
 FIGURES = ("requests", "prompt_tokens", "completion_tokens", "weighted_tokens", "errors")

@@ -12,8 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.support.browser_checks import check_page
-
-from .conftest import DAY, NOON, record
+from tests.support.usage_records import DAY, NOON, record
 
 STAFF_PASSWORD = "a long staff password"
 PATH = "/staff/usage/?from=2031-03-10&to=2031-03-11&by=account%2Cuser"

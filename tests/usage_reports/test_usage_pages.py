@@ -14,8 +14,8 @@ from django.test import Client
 from django.utils import timezone
 
 from fairness.actions import accounts
-
-from .conftest import DAY, SETUP, record
+from tests.support.audit import SETUP
+from tests.support.usage_records import DAY, record
 
 RANGE = {"from": DAY.isoformat(), "to": (DAY + dt.timedelta(days=1)).isoformat()}
 PAGES = ("/staff/usage/", "/staff/usage.csv", "/staff/usage.json")

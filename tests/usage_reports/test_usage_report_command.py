@@ -10,7 +10,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from .conftest import record
+from tests.support.usage_records import record
 
 PERIOD = ("--from", "2031-03-10", "--to", "2031-03-11")
 

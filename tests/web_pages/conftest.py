@@ -1,10 +1,9 @@
-"""The cast signed in to the pages: sam is staff, alice a researcher."""
+"""The pages through Django's test client (the cast signed in by the shared fixtures: sam is staff,
+alice a researcher), each test from an empty Redis."""
 
 from __future__ import annotations
 
 import pytest
-
-from fairness.portal.submit_once import new_token
 
 
 @pytest.fixture(autouse=True)
@@ -13,8 +12,3 @@ def clean_cache(redis_url: str) -> None:
     from django.core.cache import cache
 
     cache.clear()
-
-
-def key_form(**fields) -> dict:
-    """A key form's fields with a fresh submit-once token, as the rendered form carries."""
-    return {**fields, "once": new_token()}

@@ -7,7 +7,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fairness.models import ApiKey, Replica, SaturationAlert
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

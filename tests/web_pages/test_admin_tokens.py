@@ -14,7 +14,7 @@ from fairness.actions.tokens import issue_admin_token
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import AdminToken, AuditEntry
 from tests.support.cast import STAFF_IP
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

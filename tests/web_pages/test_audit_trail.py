@@ -7,8 +7,8 @@ from django.utils import timezone
 
 from fairness.models import ApiKey, AuditEntry, Replica, SaturationAlert
 from tests.support.cast import STAFF_IP
+from tests.support.key_forms import key_form
 from tests.support.processes import free_port
-from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

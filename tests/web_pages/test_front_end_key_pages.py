@@ -14,7 +14,7 @@ from fairness.gateway.front_end_secrets import unseal
 from fairness.models import ApiKey, AuditEntry
 from fairness.portal.submit_once import new_token
 from fairness.store.keyspace import CONFIG_EPOCH
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

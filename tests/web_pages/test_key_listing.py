@@ -14,7 +14,7 @@ from fairness.actions.keys import issue_key, revoke, rotate
 from fairness.models import ApiKey, AuditEntry
 from fairness.portal.reports.queries import KEY_SORTS
 from fairness.store.keyspace import ADMISSION_IN_FLIGHT_BY_KEY, ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 # What admission counts per person (the list shows it live).
 IN_FLIGHT = ADMISSION_NAMESPACE + ADMISSION_IN_FLIGHT_BY_KEY

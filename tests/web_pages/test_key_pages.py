@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fairness.gateway.api_keys import hash_secret
 from fairness.models import Account, ApiKey, AuditEntry, Membership
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
+from tests.support.key_forms import key_form
 from tests.support.processes import start_gateway
-from tests.web_pages.conftest import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

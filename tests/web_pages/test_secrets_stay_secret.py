@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from fairness.gateway.api_keys import hash_secret
 from tests.support.cast import MODEL
-from tests.web_pages.conftest import key_form
+from tests.support.key_forms import key_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,15 +1,16 @@
+"""Chat requests through a live gateway and what admission counts of them in Redis: bodies for the
+cast, sending, holding streams open and dropping them, admission's figures, waiting on them from
+async code, and the most requests an engine ran at once."""
+
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 import redis.asyncio
 
-from enginesim.process import EngineSimProcess, start_enginesim
 from fairness.scheduling.admission import Admission
 from tests.support.cast import MODEL, Member
 from tests.support.redis_db import TEST_REDIS_URL
@@ -44,14 +45,6 @@ def admission_stats() -> dict:
 def nothing_held() -> bool:
     stats = admission_stats()
     return all(g["in_flight"] == 0 and g["queued"] == 0 for g in stats["groups"].values()) and not stats["keys"]
-
-
-@pytest.fixture
-def engine8() -> Iterator[EngineSimProcess]:
-    """A private 8-slot engine whose request log this test alone reads."""
-    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
-    yield process
-    process.stop()
 
 
 def chat_body(member: Member, max_tokens: int = 40, stream: bool = False, **extra) -> dict:

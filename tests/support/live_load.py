@@ -1,4 +1,6 @@
-"""Pages under a live gateway: a poller and a traffic generator in background threads."""
+"""A live gateway's pages kept busy from the test process: what Celery beat does (poll the
+replicas, record samples, refit the capacity estimate) and the demo's traffic generator, each in a
+thread, and the capacity JSON they feed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Scraping the gateway's /metrics the way Prometheus does, and reading samples out of it."""
+"""Scraping a gateway's /metrics the way Prometheus does and reading samples out of it, and one
+chat completion through the gateway to count."""
 
 from __future__ import annotations
 
