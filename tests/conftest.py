@@ -13,7 +13,7 @@ from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.support import flush_retry, network_guard
-from tests.support.cast import MODEL, STAFF_IP, Member
+from tests.support.cast import MODEL, STAFF_IP, STAFF_PASSWORD, Member
 from tests.support.gateway_process import GatewayProcess, database_url
 from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
@@ -24,10 +24,11 @@ pytest_plugins = ["tests.support.browser_fixtures"]
 # Fixtures that start processes (or a database that processes share): a test that uses any of them,
 # however indirectly, is marked `process`, so `make test-quick` can leave it out.
 PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker", "engine8"}
-# Modules (or their folder's conftest.py) that start processes themselves, without those fixtures;
-# `launch(` is tests/support/enginesim.py's (an enginesim on a free port).
+# Modules (or their folder's conftest.py) that start processes themselves, without those fixtures:
+# the calls that do, among them the starters in tests/support (`launch(` starts an enginesim,
+# `load_settings(` a Python process that loads the portal's settings).
 PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
-                   "private_redis(", "Popen(", "launch(")
+                   "private_redis(", "Popen(", "launch(", "load_settings(")
 # Fixtures that give a test the database: such a test is marked `database`, and the suite's
 # PostgreSQL pass runs those alone (the rest ran on SQLite already and do not depend on it).
 DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",
@@ -191,7 +192,7 @@ def openai_for(gateway, replica):
 def staff(tiers):
     from django.contrib.auth import get_user_model
 
-    return get_user_model().objects.create_user("sam", password="a long staff password", is_staff=True)
+    return get_user_model().objects.create_user("sam", password=STAFF_PASSWORD, is_staff=True)
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import AuditEntry, Batch, BatchLine, BatchStatus
-from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD, sign_in
-from tests.browser_admin.test_staff_pages_browser import TABLE_OVERFLOW, sign_in_as_staff
 from tests.support.batch_rows import carol_key, make_batch, stored_file
+from tests.support.browser import TABLE_OVERFLOW, sign_in, sign_in_as_staff
 from tests.support.browser_checks import check_page
+from tests.support.cast import STAFF_PASSWORD
 from tests.support.polling import wait_for
 
 CAROL_PASSWORD = "carol's long password"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from pathlib import Path
 
 import openai
 import pytest
@@ -15,29 +14,10 @@ from django.utils import timezone
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, AuditEntry, SaturationAlert, UsageHourly
 from fairness.telemetry import polling
-from tests.support.cast import MODEL
+from tests.support.browser import ask, sign_in
+from tests.support.cast import ALICE_PASSWORD, MODEL, STAFF_PASSWORD
 
-STAFF_PASSWORD = "a long staff password"
-ALICE_PASSWORD = "alice's long password"
 User = get_user_model()
-
-
-def sign_in(page, base_url: str, path: str, username: str, password: str, screenshot: Path | None = None) -> None:
-    """Visit a page, get sent to the sign-in form, sign in, land back on the page."""
-    page.goto(base_url + path)
-    assert "/accounts/login/" in page.url
-    if screenshot:
-        page.screenshot(path=screenshot, full_page=True)
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(base_url + path)
-
-
-def ask(secret: str, gateway_url: str) -> str:
-    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key=secret, max_retries=0)
-    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=8)
-    return reply.choices[0].message.content or ""
 
 
 def usage_history(key: ApiKey) -> None:

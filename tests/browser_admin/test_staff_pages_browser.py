@@ -19,20 +19,11 @@ from fairness.actions.users import set_user_active
 from fairness.models import ApiKey, Replica, SaturationAlert
 from fairness.store.keyspace import ADMISSION_NAMESPACE, ADMISSION_QUEUED_BY_KEY
 from fairness.telemetry import polling
-from tests.browser_admin.test_admin_pages_browser import STAFF_PASSWORD
+from tests.support.browser import TABLE_OVERFLOW, sign_in_as_staff
 from tests.support.browser_checks import check_page
-from tests.support.cast import MODEL
+from tests.support.cast import MODEL, STAFF_PASSWORD
 
 User = get_user_model()
-
-
-def sign_in_as_staff(page, base_url: str) -> None:
-    """Straight to the sign-in form, with no `next`: staff land on the staff home."""
-    page.goto(base_url + "/accounts/login/")
-    page.fill("#id_username", "sam")
-    page.fill("#id_password", STAFF_PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(base_url + "/staff/")
 
 
 def busy_portal(cast) -> dict[str, str]:
@@ -82,10 +73,6 @@ def test_every_staff_page_fits_a_phone_and_passes_axe(chromium, gateway, replica
         for path in pages:
             check_page(page, gateway.url + path)
         assert errors == []
-
-
-TABLE_OVERFLOW = ("(() => { const box = document.querySelector('.table-scroll');"
-                  " return box.scrollWidth - box.clientWidth; })()")
 
 
 @pytest.mark.browser

@@ -9,10 +9,11 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from fairness.actions import budgets
-from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
 from tests.support.audit import SETUP
+from tests.support.browser import sign_in
 from tests.support.browser_checks import check_page
 from tests.support.budgets import use
+from tests.support.cast import ALICE_PASSWORD, STAFF_PASSWORD
 
 User = get_user_model()
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, STAFF_PASSWORD, sign_in
 from tests.support.accounts import charge
+from tests.support.browser import sign_in
 from tests.support.browser_checks import check_page
+from tests.support.cast import ALICE_PASSWORD, STAFF_PASSWORD
 
 User = get_user_model()
 

@@ -18,7 +18,7 @@ from fairness.models import ApiKey, Budget, Replica, UsageRecord
 from fairness.scheduling import fair_share
 from fairness.store.redis_clients import redis_sync
 from fairness.telemetry import budget_status
-from tests.fair_sharing.test_fair_share_live import association, live_usage
+from tests.support.accounts import association, live_usage
 from tests.support.cast import MODEL
 from tests.support.live_admission import nothing_held
 from tests.support.polling import wait_for

@@ -1,7 +1,6 @@
 """Fair share across real processes: every gateway charges the same books, and the usage
 outlives a Redis that restarts empty (the worker adds the database's copy back)."""
 
-import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,32 +10,14 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from fairness.models import ApiKey, FairShareUsage, Replica
+from fairness.models import FairShareUsage, Replica
 from fairness.scheduling import fair_share
-from fairness.scheduling.admission import Admission
+from tests.support.accounts import association, live_usage
 from tests.support.cast import MODEL
 from tests.support.live_admission import chat_body, nothing_held
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
-
-
-def live_usage() -> tuple[dict[str, float], float]:
-    async def read():
-        client = redis.asyncio.Redis.from_url(TEST_REDIS_URL)
-        admission = Admission(client)
-        try:
-            usage, total, _ = await admission.fair_share_usage()
-            return usage, total
-        finally:
-            await admission.close()
-            await client.aclose()
-
-    return asyncio.run(read())
-
-
-def association(member) -> str:
-    return str(ApiKey.objects.get(pk=member.key_id).membership_id)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web_pages.test_security_settings import load_settings
+from tests.support.settings_process import load_settings
 
 BASES = {"GP_LDAP_USER_SEARCH_BASE": "ou=people,dc=uni,dc=example",
          "GP_LDAP_GROUP_SEARCH_BASE": "ou=groups,dc=uni,dc=example"}

@@ -11,10 +11,10 @@ import openai
 import pytest
 
 from fairness.models import Account, Replica
-from tests.proxy.test_bad_input import CHAT, assert_error, post
 from tests.support.cast import MODEL
 from tests.support.model_access import OTHER_MODEL, restrict
 from tests.support.polling import wait_for
+from tests.support.v1_calls import CHAT, assert_error, post
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -17,9 +17,9 @@ from fairness.actions.users import set_user_active
 from fairness.models import Account, ApiKey, AuditEntry, Membership
 from fairness.portal.signin import group_sync
 from fairness.portal.submit_once import new_token
-from tests.browser_admin.test_admin_pages_browser import ask
 from tests.oidc.test_sso_signin_browser import new_page, sso_sign_in
 from tests.support.audit import SETUP
+from tests.support.browser import ask
 from tests.support.cast import STAFF_IP
 from tests.support.oidc import Provider, sso_settings
 from tests.support.polling import wait_for

@@ -12,11 +12,10 @@ from django.utils import timezone
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
 from tests.support.browser_checks import WIDTHS, check_page, sideways_overflow
-from tests.support.cast import MODEL
+from tests.support.cast import ALICE_PASSWORD, MODEL
 from tests.support.live_load import polling
 from tests.support.polling import wait_for
 
-ALICE_PASSWORD = "alice's long password"
 DAY_SPAN = """() => {
     const chart = document.getElementById("chart-queue");
     if (!chart || !chart.layout || !chart.layout.xaxis) return 0;

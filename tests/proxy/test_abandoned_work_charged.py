@@ -13,7 +13,7 @@ from fairness.models import ApiKey, Budget, UsageRecord
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_clients import redis_sync
 from fairness.telemetry import budget_status
-from tests.fair_sharing.test_fair_share_live import live_usage
+from tests.support.accounts import live_usage
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 

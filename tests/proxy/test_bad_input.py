@@ -2,7 +2,6 @@
 
 import asyncio
 import datetime as dt
-import json
 import threading
 import time
 
@@ -17,26 +16,7 @@ from fairness.store.redis_clients import redis_sync
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 from tests.support.processes import free_port, start_gateway
-
-CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-def post(gateway, secret: str | None, body, path="/v1/chat/completions", **kwargs) -> httpx.Response:
-    headers = {"authorization": f"Bearer {secret}"} if secret else {}
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(gateway.url + path, content=content, headers=headers, timeout=30, **kwargs)
-
-
-def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/json"
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"] and "Traceback" not in error["message"]
-    if code is not None:
-        assert error["code"] == code
-    assert response.headers["x-request-id"].startswith("req-")
-    return error
+from tests.support.v1_calls import CHAT, assert_error, post
 
 
 @pytest.mark.parametrize(

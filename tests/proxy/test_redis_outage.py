@@ -1,11 +1,11 @@
 """Redis going away mid-service: clients get a clear 503, and the gateway recovers on its own."""
 
 from fairness.models import Replica
-from tests.proxy.test_bad_input import CHAT, assert_error, post
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 from tests.support.redis_server import PrivateRedis
+from tests.support.v1_calls import CHAT, assert_error, post
 
 
 def test_a_redis_outage_gets_503_and_service_resumes_when_redis_is_back(live_db_url, tiers, cast, sim):

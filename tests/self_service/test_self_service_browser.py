@@ -9,8 +9,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from fairness.models import ApiKey, AuditEntry
-from tests.browser_admin.test_admin_pages_browser import ALICE_PASSWORD, ask, sign_in
+from tests.support.browser import ask, sign_in
 from tests.support.browser_checks import WIDTHS, accessibility_violations, check_page, sideways_overflow
+from tests.support.cast import ALICE_PASSWORD
 from tests.support.polling import wait_for
 
 User = get_user_model()

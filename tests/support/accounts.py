@@ -1,5 +1,5 @@
-"""Account trees as staff would build them, and usage charged to their memberships the way a
-gateway's release round trip charges it."""
+"""Account trees as staff would build them, usage charged to their memberships the way a gateway's
+release round trip charges it, and the usage admission holds."""
 
 from __future__ import annotations
 
@@ -55,3 +55,24 @@ def lab_tree(*, bob_in_lab: bool = False, keys_in_tree: bool = False) -> LabTree
         if bob is not None:
             ApiKey.objects.filter(owner__username="bob").update(membership=bob)
     return LabTree(lab, nlp, alice, bob)
+
+
+def live_usage() -> tuple[dict[str, float], float]:
+    """The fair-share usage admission holds now, by association, and its total."""
+
+    async def read():
+        client = redis.asyncio.Redis.from_url(TEST_REDIS_URL)
+        admission = Admission(client)
+        try:
+            usage, total, _ = await admission.fair_share_usage()
+            return usage, total
+        finally:
+            await admission.close()
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def association(member) -> str:
+    """The association a cast member's key charges."""
+    return str(ApiKey.objects.get(pk=member.key_id).membership_id)

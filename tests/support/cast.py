@@ -8,6 +8,9 @@ from dataclasses import dataclass
 MODEL = "sim"
 # sam's address on the staff pages (the audit log records it).
 STAFF_IP = "127.10.0.7"
+# sam's password (the `staff` fixture sets it), and alice's for the tests that give her one.
+STAFF_PASSWORD = "a long staff password"
+ALICE_PASSWORD = "alice's long password"
 
 
 @dataclass

@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.support.browser_checks import check_page
+from tests.support.cast import STAFF_PASSWORD
 from tests.support.usage_records import DAY, NOON, record
 
-STAFF_PASSWORD = "a long staff password"
 PATH = "/staff/usage/?from=2031-03-10&to=2031-03-11&by=account%2Cuser"
 
 

@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 from django.conf import settings
 from django.test import Client
 
 from fairness.demo.secret_key import ensure_demo_secret_key
-from tests.support.gateway_process import ROOT
-
-OURS = ("SECRET_KEY", "SECRET_KEY_FILE", "SECRET_KEY_FALLBACKS", "DEBUG", "SECURE_HSTS_SECONDS",
-        "SECURE_PROXY_SSL_HEADER")
-
-
-def load_settings(expression: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """gpuportal.settings loaded in a fresh process with `env` (and none of the suite's own)."""
-    clean = {k: v for k, v in os.environ.items() if k not in OURS}
-    return subprocess.run(
-        [sys.executable, "-c", f"from django.conf import settings; print(repr({expression}))"],
-        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "gpuportal.settings", **env},
-        capture_output=True, text=True, timeout=60,
-    )
+from tests.support.settings_process import load_settings
 
 
 def test_production_refuses_to_start_without_a_secret_key():
