@@ -1,5 +1,5 @@
 """/api/docs: one OpenAPI document for the JSON API and the gateway's /v1/ endpoints, its Swagger
-UI from our own static files (tests/pages/test_csp_browser.py draws it in a browser, offline)."""
+UI from our own static files (tests/portal_live/test_csp_browser.py draws it in a browser, offline)."""
 
 import re
 
