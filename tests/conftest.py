@@ -171,6 +171,14 @@ def engine8() -> Iterator[EngineSimProcess]:
 
 
 @pytest.fixture
+def on_engine8(gateway, engine8: EngineSimProcess):
+    """engine8, registered as a replica the gateway routes to."""
+    from fairness.models import Replica
+
+    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
+
+
+@pytest.fixture
 def replica(sim: EngineSimProcess, gateway):
     from fairness.models import Replica
 

@@ -10,19 +10,13 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from fairness.models import FairShareUsage, Replica
+from fairness.models import FairShareUsage
 from fairness.scheduling import fair_share
 from tests.support.accounts import association, live_usage
-from tests.support.cast import MODEL
 from tests.support.live_admission import chat_body, nothing_held
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
-
-
-@pytest.fixture
-def on_engine8(gateway, engine8):
-    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
 
 
 def test_three_gateway_processes_charge_the_same_books_exactly(gateway, live_db_url, cast, on_engine8):

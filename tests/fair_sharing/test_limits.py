@@ -3,16 +3,10 @@
 import asyncio
 
 import httpx
-import pytest
 
 from fairness.models import Replica, Tier
 from tests.support.cast import MODEL
 from tests.support.live_admission import chat_body, drop, hold, key_stats, send, wait_async
-
-
-@pytest.fixture
-def on_engine8(gateway, engine8):
-    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
 
 
 def test_too_many_queued_gets_429_naming_the_limit(gateway, cast, on_engine8, engine8):

@@ -4,18 +4,12 @@ import asyncio
 import time
 
 import httpx
-import pytest
 
 from fairness.models import Replica
 from tests.support.cast import MODEL
 from tests.support.live_admission import chat_body, drop, hold, key_stats, nothing_held, send, wait_async
 from tests.support.polling import wait_for
 from tests.support.processes import start_gateway
-
-
-@pytest.fixture
-def on_engine8(gateway, engine8):
-    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
 
 
 def test_success_and_engine_errors_give_their_slots_back(gateway, cast, on_engine8, engine8):
@@ -59,4 +53,3 @@ def test_a_killed_gateways_leases_vanish_within_one_ttl(live_db_url, redis_url, 
         killed_at = time.monotonic()
     wait_for(lambda: key_stats(bob)["in_flight"] == 0, timeout=10, interval=0.1, what="the dead lease to expire")
     assert time.monotonic() - killed_at <= 2 + 1.0
-

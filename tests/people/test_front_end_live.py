@@ -21,11 +21,6 @@ ANNA = OpenWebUIUser("u-anna", "anna@lab.example", "Anna Berg")
 BEN = OpenWebUIUser("u-ben", "ben@lab.example", "Ben Okafor")
 
 
-@pytest.fixture
-def on_engine8(gateway, engine8):
-    return Replica.objects.create(name="sim-8", base_url=engine8.url, model=MODEL, max_num_seqs=8)
-
-
 def flushed() -> bool:
     usage.flush(redis_sync())
     return True
