@@ -162,10 +162,22 @@ def start_enginesim(
 ) -> EngineSimProcess:
     """Launch ``python -m enginesim`` (this interpreter) and return once it answers /health.
 
-    ``port=None`` picks a free port. ``extra_args`` are further CLI flags, e.g.
-    ``["--speed", "10", "--scheduling-policy", "priority"]``.
+    ``port=None`` picks a free port (another, up to three times, if it is taken meanwhile).
+    ``extra_args`` are further CLI flags, e.g. ``["--speed", "10", "--scheduling-policy", "priority"]``.
     """
-    port = port or pick_free_port(host)
+    chosen = port
+    for attempt in range(3):
+        try:
+            return _launch(chosen or pick_free_port(host), model, max_num_seqs, extra_args, host, timeout, env)
+        except RuntimeError as exc:
+            # A port picked free can be taken by another process before the simulator binds it.
+            if chosen is not None or "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch(port: int, model: str, max_num_seqs: int, extra_args: Sequence[str], host: str, timeout: float,
+            env: dict[str, str] | None) -> EngineSimProcess:
     argv = [sys.executable, "-m", "enginesim", "--host", host, "--port", str(port),
             "--model", model, "--max-num-seqs", str(max_num_seqs), *extra_args]
     child_env = dict(os.environ if env is None else env)
