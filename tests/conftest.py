@@ -15,7 +15,7 @@ from enginesim.process import EngineSimProcess, start_enginesim
 from tests.support import flush_retry, network_guard
 from tests.support.cast import MODEL, STAFF_IP, STAFF_PASSWORD, Member
 from tests.support.gateway_process import GatewayProcess, database_url
-from tests.support.processes import LOG_DIR, free_port, gateway_env, start_gateway
+from tests.support.processes import LOG_DIR, SUITE_SECRET_KEY, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
 
 # Fixtures several folders use, defined once (a plugin's fixtures are seen by every test).
@@ -61,6 +61,16 @@ def only_loopback() -> Iterator[None]:
     test swallowed the refusal (a probe that marks its engine down)."""
     yield
     network_guard.fail_if_refused()
+
+
+@pytest.fixture(autouse=True)
+def secret_key_put_back() -> Iterator[None]:
+    """Fails a test that leaves settings.SECRET_KEY changed: the sessions later tests sign would
+    no longer be readable by the gateways the suite started with its own key."""
+    yield
+    if settings.SECRET_KEY != SUITE_SECRET_KEY:
+        leaked, settings.SECRET_KEY = settings.SECRET_KEY, SUITE_SECRET_KEY
+        pytest.fail(f"the test left settings.SECRET_KEY changed (to {leaked[:12]}...)")
 
 
 # The test process and every process it starts share this Redis database.

@@ -12,6 +12,9 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.redis_db import TEST_REDIS_URL
 
 LOG_DIR = Path(settings.BASE_DIR) / "var" / "test-logs"
+# The suite's SECRET_KEY (tests/settings.py), read before any test can override it: every process
+# the suite starts signs and checks sessions with this one, as the test process does.
+SUITE_SECRET_KEY = settings.SECRET_KEY
 
 
 def free_port() -> int:
@@ -28,8 +31,10 @@ def gateway_env(db_url: str, **extra: str) -> dict[str, str]:
         "GP_AUTH_EPOCH_CHECK_SECONDS": "0",
         "GP_HEALTH_INTERVAL_SECONDS": "0.5",
         "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
-        # Production settings refuse to start without one (tests/settings.py sets ours).
-        "SECRET_KEY": settings.SECRET_KEY,
+        # Production settings refuse to start without one (tests/settings.py sets ours); and a
+        # key file the test process's environment names must not take its place.
+        "SECRET_KEY": SUITE_SECRET_KEY,
+        "SECRET_KEY_FILE": "",
         **extra,
     }
 
