@@ -12,4 +12,4 @@ COPY . .
 RUN SECRET_KEY=build python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["uvicorn", "gpuportal.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--workers", "4", "--lifespan", "on", "--no-access-log", \
-     "--http", "fairness.gateway.http_server:GatewayHttpProtocol", "--limit-concurrency", "1024", "--timeout-keep-alive", "5"]
+     "--http", "fairness.gateway.http_server:GatewayHttpProtocol", "--limit-concurrency", "1024"]

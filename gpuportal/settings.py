@@ -343,10 +343,15 @@ GP_UPSTREAM_READ_TIMEOUT = envfloat("GP_UPSTREAM_READ_TIMEOUT", 300.0)
 # piece by piece and never held whole.
 GP_MAX_ENGINE_RESPONSE_BYTES = envint("GP_MAX_ENGINE_RESPONSE_BYTES", 64 * 1024 * 1024)
 # Slow or silent clients: a request's headers must arrive within the header timeout of the
-# connection opening (or of the previous response), and at most GP_CLIENT_MAX_HEADER_BYTES of them
+# connection opening (or of the request's first byte), and at most GP_CLIENT_MAX_HEADER_BYTES of them
 # (431 beyond; fairness/gateway/http_server.py); a /v1 body must arrive whole within the body
 # timeout of its key being checked (408 beyond).
 GP_CLIENT_HEADER_TIMEOUT_SECONDS = envfloat("GP_CLIENT_HEADER_TIMEOUT_SECONDS", 10.0)
+# An idle keep-alive connection (a response ended, nothing of the next request yet) is closed after
+# this. Longer than clients keep theirs (httpx 5 s, aiohttp 15 s, nginx's upstream and AWS ALB 60 s),
+# so the client always drops it first: closing at the moment a client reuses it loses that request
+# (a chaos run with equal timeouts lost one of 450). The waiting-connection caps bound idle ones.
+GP_CLIENT_IDLE_TIMEOUT_SECONDS = envint("GP_CLIENT_IDLE_TIMEOUT_SECONDS", 75)
 GP_CLIENT_MAX_HEADER_BYTES = envint("GP_CLIENT_MAX_HEADER_BYTES", 64 * 1024)
 GP_CLIENT_BODY_TIMEOUT_SECONDS = envfloat("GP_CLIENT_BODY_TIMEOUT_SECONDS", 30.0)
 # Any body, to any route, must arrive whole within the grace plus one second for each
@@ -360,6 +365,8 @@ GP_CLIENT_MAX_PENDING_PER_ADDRESS = envint("GP_CLIENT_MAX_PENDING_PER_ADDRESS", 
 if GP_CLIENT_MIN_BODY_BYTES_PER_SECOND <= 0 or GP_CLIENT_MAX_PENDING < 1 or GP_CLIENT_MAX_PENDING_PER_ADDRESS < 1:
     raise ImproperlyConfigured("GP_CLIENT_MIN_BODY_BYTES_PER_SECOND must be above 0, GP_CLIENT_MAX_PENDING and "
                                "GP_CLIENT_MAX_PENDING_PER_ADDRESS at least 1.")
+if GP_CLIENT_IDLE_TIMEOUT_SECONDS <= 0:
+    raise ImproperlyConfigured("GP_CLIENT_IDLE_TIMEOUT_SECONDS must be a whole number of seconds above 0.")
 GP_KEY_CACHE_SECONDS = envfloat("GP_KEY_CACHE_SECONDS", 60.0)
 GP_AUTH_EPOCH_CHECK_SECONDS = envfloat("GP_AUTH_EPOCH_CHECK_SECONDS", 0.5)
 GP_LEASE_TTL_SECONDS = envfloat("GP_LEASE_TTL_SECONDS", 30.0)

@@ -9,15 +9,18 @@ long a body may take; httptools buffers a header of any size (an 8 MB one was ac
 `--limit-concurrency` counts open connections, so enough idle or trickling ones make every real
 request get 503. So, for every connection:
 
-- From the moment it opens, or a response on it ends, the next request's headers must be whole
-  within GP_CLIENT_HEADER_TIMEOUT_SECONDS, or it is closed. That also bounds how long it may go on
-  sending the rest of a body the app answered without reading (an early 401 or 413): uvicorn reads
-  and drops such a rest to keep the connection usable, for as long as it keeps coming.
+- From the moment it opens, or the first byte of a next request arrives, that request's headers
+  must be whole within GP_CLIENT_HEADER_TIMEOUT_SECONDS, or it is closed. That also bounds how
+  long it may go on sending the rest of a body the app answered without reading (an early 401 or
+  413): uvicorn reads and drops such a rest to keep the connection usable, for as long as it comes.
 - Once a request's headers are whole, its body must keep up an average pace: all of it within
   GP_CLIENT_BODY_GRACE_SECONDS plus one second for every GP_CLIENT_MIN_BODY_BYTES_PER_SECOND
   received, or the request gets 408 and the connection is closed. (Not counted: time the server
   itself stopped reading because the app was behind.) A gap limit alone would let one byte every
   few seconds hold a connection for as long as the body is long.
+- Idle between requests (a response ended, not a byte of the next yet), it is closed after
+  GP_CLIENT_IDLE_TIMEOUT_SECONDS, which takes the place of `--timeout-keep-alive`: longer than
+  clients keep an idle connection, so they never send on one the server is closing.
 - More than about GP_CLIENT_MAX_HEADER_BYTES of request line and headers gets a 431 and the
   connection closed. (Counted from the first read after the request began: the limit may be
   overshot by one read, at most 256 KiB, which bounds the memory all the same.)
@@ -98,6 +101,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self.max_header_bytes: int = settings.GP_CLIENT_MAX_HEADER_BYTES
         self.body_grace: float = settings.GP_CLIENT_BODY_GRACE_SECONDS
         self.min_body_rate: float = settings.GP_CLIENT_MIN_BODY_BYTES_PER_SECOND
+        self.timeout_keep_alive = settings.GP_CLIENT_IDLE_TIMEOUT_SECONDS  # uvicorn's idle timer
         # uvicorn's own check counts every connection; ours counts requests served.
         self.max_serving = self.limit_concurrency
         self.limit_concurrency = None
@@ -107,6 +111,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._body_deadline: asyncio.TimerHandle | None = None
         self._pace: BodyPace | None = None  # of the body being read, until it ends
         self._whole = False  # the latest request has arrived whole, body and all
+        self._idle = False  # a response ended and nothing has come since: uvicorn's idle timer runs
         self._vouching = {"vouch": self._vouched}  # each request's scope extension (vouch_for)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -121,6 +126,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._idle:  # the next request has begun: its headers are due from now
+            self._idle = False
+            self._expect_headers()
         if self._header_bytes is not None:
             self._header_bytes += len(data)
         super().data_received(data)
@@ -168,7 +176,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if not pipelined or not self._whole:
             self._wait_on_client()
         if not pipelined:
-            self._expect_headers()
+            self._idle = True
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         others = self.clients.serving - self.clients.is_serving(self)

@@ -37,6 +37,7 @@ class Outcome:
     completed: bool = False  # a whole answer: a body with usage, or a stream to [DONE]
     abandoned: str = ""  # "queued" (nothing back yet), "stream" (headers came) or ""
     error: str = ""  # the exception that ended the call, if any
+    error_detail: str = ""  # its message, and its cause's ("Server disconnected ...")
     hung: bool = False
 
 
@@ -164,6 +165,7 @@ class Clients:
             raise
         except (httpx.HTTPError, openai.APIError, ValueError) as exc:
             out.error = type(exc).__name__
+            out.error_detail = "; ".join(str(e)[:120] for e in (exc, exc.__cause__) if e is not None)
         out.ended_at = time.monotonic()
         return out
 

@@ -156,6 +156,8 @@ def _judge_outcomes(scenario: Scenario, evidence: Evidence, report: Report) -> N
             f"sent at t={out.sent_at - t0:.2f} s, "
             + ("no headers" if out.headers_at is None else
                f"headers at t={out.headers_at - t0:.2f} s, {out.chunks} chunks")
+            + (f", ended at t={out.ended_at - t0:.2f} s" if out.ended_at is not None else "")
+            + (f" ({out.error_detail})" if out.error_detail else "")
             + f", replica {out.replica or '-'}, request id {out.request_id or '-'})")
     for kind in sorted(excused):
         report.figures[f"failed calls excused by {kind}"] = excused[kind]

@@ -20,6 +20,7 @@ from fairness.models import ApiKey
 from tests.support.processes import start_gateway
 
 HEADER_TIMEOUT = 1.0
+IDLE_TIMEOUT = 3
 BODY_TIMEOUT = 0.5
 MAX_BODY = settings.GP_MAX_BODY_BYTES
 
@@ -29,7 +30,7 @@ def strict_session(live_db_url):
     """A gateway with short client deadlines, of its own so its memory is this module's alone."""
     process = start_gateway(
         live_db_url, name="strict", GP_CLIENT_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT),
-        GP_CLIENT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT),
+        GP_CLIENT_IDLE_TIMEOUT_SECONDS=str(IDLE_TIMEOUT), GP_CLIENT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT),
     )
     yield process
     process.stop()
@@ -174,6 +175,37 @@ def test_headers_that_trickle_in_are_cut_off_at_the_header_timeout(strict, cast)
             else:
                 closed = closed_by_server(sock, within=0.2)
         assert closed, "a connection whose headers never end is still open"
+
+
+def test_an_idle_connection_outlives_the_header_timeout_and_closes_at_the_idle_timeout(strict, cast):
+    models = head(strict.port, authorization=f"Bearer {cast['alice'].secret}", method="GET", path="/v1/models")
+    with connect(strict) as sock:
+        sock.sendall(models)
+        assert read_response(sock)[0] == 200
+        # A client that keeps idle connections for less than the idle timeout may reuse this one.
+        assert not closed_by_server(sock, within=HEADER_TIMEOUT + 0.5)
+        sock.sendall(models)
+        assert read_response(sock)[0] == 200
+        answered = time.monotonic()
+        assert closed_by_server(sock, within=IDLE_TIMEOUT + 4)
+        assert time.monotonic() - answered >= IDLE_TIMEOUT * 0.9
+
+
+def test_a_request_begun_on_an_idle_connection_has_the_header_timeout_from_its_first_byte(strict, cast):
+    with connect(strict) as sock:
+        sock.sendall(head(strict.port, authorization=f"Bearer {cast['alice'].secret}", method="GET",
+                          path="/v1/models"))
+        assert read_response(sock)[0] == 200
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n")  # and never the rest
+        begun = time.monotonic()
+        assert closed_by_server(sock, within=HEADER_TIMEOUT + 4)
+        assert time.monotonic() - begun < IDLE_TIMEOUT
+
+
+def test_the_idle_timeout_outlasts_the_common_clients_keep_alive():
+    # Equal timeouts race: a client reusing a connection as the server closes it loses the request.
+    assert httpx.Limits().keepalive_expiry < settings.GP_CLIENT_IDLE_TIMEOUT_SECONDS  # the openai SDK's
+    assert settings.GP_CLIENT_IDLE_TIMEOUT_SECONDS > 60  # nginx's upstream keepalive_timeout, AWS ALB's idle
 
 
 def test_oversized_headers_get_431_and_headers_below_the_limit_are_served(strict, cast):

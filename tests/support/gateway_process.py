@@ -41,9 +41,9 @@ class GatewayProcess:
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
             "--no-access-log", "--lifespan", "on",
             # As in production (docs/operations.md): header deadline and size limit, a cap on
-            # connections, idle keep-alive connections closed.
+            # connections, idle ones closed after GP_CLIENT_IDLE_TIMEOUT_SECONDS.
             "--http", "fairness.gateway.http_server:GatewayHttpProtocol",
-            "--limit-concurrency", str(limit_concurrency), "--timeout-keep-alive", "5",
+            "--limit-concurrency", str(limit_concurrency),
         ]
         if workers > 1:
             command += ["--workers", str(workers)]
