@@ -104,6 +104,8 @@ def test_another_key_s_requests_are_answered_at_once_while_an_upload_streams(gat
                 f"p50 {statistics.median(latencies) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
                 f"max {max(latencies) * 1000:.1f} ms")
     print(measured)
-    assert p95 < 0.050, measured
+    # A loop held while the form is parsed stalls a request for the parse's whole time (the plain
+    # file takes 0.16 s here); a busy box (the suite's other worker) delays a few by up to ~60 ms.
+    assert p95 < 0.100, measured
     assert upload.answer.startswith(b"HTTP/1.1 %d" % status), upload.answer[:300]
     assert said in upload.answer, upload.answer[:300]
