@@ -14,6 +14,8 @@ Systems, measured in turn (rotated every round, so the box's other work hits all
   smg×1         SMG's router (Rust; bench/overhead_smg.py), routing and relaying only
   before×1      with --baseline TREE: the gateway of an earlier checkout (bench/overhead_baseline.py),
                 one worker, its keys in the same tier: what the code since then costs
+  now×1         with --baseline: today's tree started exactly as before×1 is, and compared with it
+                (gateway×1's worker also serves limits×1 and the front end's keys, which cost it)
 Paired, c=1: one client sends its requests in turn to direct, gateway×1 with a plain key, gateway×1
 with a front end's key ("front end×1": Open WebUI's, each request naming its person in a JWT minted
 afresh, as Open WebUI does, and checked by the gateway; bench/front_end.py), the same with no token
@@ -254,6 +256,7 @@ class Bench:
                     dataclasses.replace(FORWARDED, new_tokens=True))]
         if any(s.name == "before×1" for s in self.systems):
             arms.append(Arm("before×1", self.system("before×1").urls[0], self.bench_secrets[0]))
+            arms.append(Arm("now×1", self.system("now×1").urls[0], self.bench_secrets[0]))
         arms.append(Arm("smg×1", self.system("smg×1").urls[0], self.bench_secrets[0]))
         return arms
 
@@ -422,6 +425,15 @@ def setup(cfg: Config, litellm: Path, smg: Path, baseline: Path | None) -> Itera
                 keys={name: secrets[name] for name in BENCH_KEYS},
             ))
             systems.append(System("before×1", "ours", (str(before.url),), bench_secrets, (before.process.pid,), 1))
+            # Today's tree started the same way, so that the pair differs only in code.
+            now_dir = Path(setup_django().tmpdir) / "now"
+            now_dir.mkdir(exist_ok=True)
+            now = stack.enter_context(overhead_baseline.baseline_gateway(
+                ROOT, workdir=str(now_dir), redis_url=p.redis_url.rsplit("/", 1)[0] + "/3",
+                tier=TIERS["bench"], replicas=[(MODEL, engine.url, 1024), (TIMED_MODEL, timed.url, 64)],
+                keys={name: secrets[name] for name in BENCH_KEYS},
+            ))
+            systems.append(System("now×1", "ours", (str(now.url),), bench_secrets, (now.process.pid,), 1))
         redis_pid = find_process("redis-server", f":{redis_port}")
         if cfg.pin and (os.cpu_count() or 1) >= 2:
             # Redis is part of our gateway's work (and LiteLLM's): it shares the proxies' core.

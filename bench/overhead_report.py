@@ -43,6 +43,11 @@ def pool(outs: Sequence[dict[str, Any]], workers: int) -> dict[str, Any]:
         "windows": len(outs), "seconds": seconds, "completed": total.completed,
         "rps": rps, "rps_per_worker": rps / workers,
         "rps_by_window": [o["result"].completed / o["seconds"] for o in outs],
+        # Per round (windows are in round order for every system): what pairs two systems fairly.
+        "cpu_ms_by_window": {name: [_per_1k(o["cpu"].get(name, 0.0), o["result"].completed) for o in outs]
+                             for name in cpu},
+        "redis_function_us_by_window": [o.get("redis", {}).get("function_usec", 0.0) / o["result"].completed
+                                        if o["result"].completed else None for o in outs],
         "loadavg_by_window": [o.get("loadavg") for o in outs],
         "latency_ms": {k: _ms(v) if k != "n" else v for k, v in summary(lat).items()},
         "cpu_s_per_1k": {name: _per_1k(v, total.completed) for name, v in cpu.items()},
@@ -121,6 +126,10 @@ def paired_summary(result: PhaseResult, names: Sequence[str]) -> dict[str, Any]:
 
 
 PAIRED_BASELINE = "before×1"
+# With --baseline, today's tree started exactly as before×1 is (its own process, database and Redis
+# database, the same keys, nothing else sent to it): gateway×1's worker also serves limits×1 and
+# front end keys, and so ran 1-9 % dearer than a same-code before×1 in an A/A run.
+PAIRED_NOW = "now×1"
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -221,7 +230,8 @@ def _baseline_targets(results: dict[str, Any]) -> list[Target]:
         return []
     commit = results.get("baseline", {}).get("commit")
     out = []
-    for name, limit, what in (("gateway×1", 0.1, "plain key"), ("front end×1", 0.2, "front end's key, a JWT each")):
+    plain = PAIRED_NOW if PAIRED_NOW in arms else "gateway×1"
+    for name, limit, what in ((plain, 0.1, "plain key"), ("front end×1", 0.2, "front end's key, a JWT each")):
         arm = arms.get(name, {})
         out.append(target(
             f"added latency p50, c=1, since {commit}: {what} ({name} − before×1, requests in turn)",
@@ -229,6 +239,27 @@ def _baseline_targets(results: dict[str, Any]) -> list[Target]:
             f"added p50 {fmt(arm.get('added_p50_ms'))} ms vs {fmt(base.get('added_p50_ms'))} ms "
             f"(×{fmt(arm.get('p50_ratio_to_baseline'))}); p99 {fmt(arm.get('added_p99_ms'))} vs "
             f"{fmt(base.get('added_p99_ms'))} ms; median of rounds"))
+    return out
+
+
+def _cpu_since_baseline(results: dict[str, Any]) -> list[Target]:
+    """now×1 against before×1, per concurrency: the medians of the rounds' own ratios of gateway
+    CPU and of Redis function time per request."""
+    out = []
+    commit = results.get("baseline", {}).get("commit")
+    for c, rows in sorted(results.get("non_streaming", {}).items(), key=lambda item: int(item[0])):
+        now, before = rows.get(PAIRED_NOW), rows.get(PAIRED_BASELINE)
+        if not now or not before:
+            continue
+        cpu = _median([ratio(a, b) for a, b in zip(now["cpu_ms_by_window"].get("server", []),
+                                                   before["cpu_ms_by_window"].get("server", []), strict=False)])
+        redis = _median([ratio(a, b) for a, b in zip(now["redis_function_us_by_window"],
+                                                     before["redis_function_us_by_window"], strict=False)])
+        out.append(target(
+            f"gateway CPU per request since {commit}, c={c} ({PAIRED_NOW} / {PAIRED_BASELINE}, median of rounds)",
+            cpu, "<=", 1.05, "×",
+            f"{fmt(_per_request_ms(now, 'server'))} vs {fmt(_per_request_ms(before, 'server'))} ms pooled; "
+            f"Redis function time ×{fmt(redis)}"))
     return out
 
 
@@ -300,6 +331,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
                _difference(limits1.get("latency_ms", {}).get("p50"), ours1.get("latency_ms", {}).get("p50")),
                "<=", 0.1, " ms", f"gateway×1 p50 {fmt(ours1.get('latency_ms', {}).get('p50'))} ms"),
         *_baseline_targets(results),
+        *_cpu_since_baseline(results),
         *_peer_targets(results),
         target("req/s per worker at c=64: gateway×1 / litellm×1 (median of rounds)",
                _rounds_ratio(ours64, ll64), ">=", 5.0, "×",
