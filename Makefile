@@ -52,9 +52,12 @@ demo: venv
 # file at a time, so a file's session gateway stays on one worker; each worker has its own test
 # database and Redis databases, tests/conftest.py), then those two on their own: both load every
 # core of a small box with real processes on deadlines, and they would starve each other.
+# First the gates and the engine's environment side by side: on a fresh clone the one is pip and
+# mypy, the other pip unpacking vLLM (about 150 s), each mostly on one core.
 TEST_PARALLEL ?= -n 2 --dist loadfile
 TEST_DURATIONS ?= --durations=25
-test: venv-dev lint engine
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint engine
 	scripts/ensure-system.sh
 	scripts/ensure-redis.sh
 	$(PY) -m pytest -m "not engine and not chaos" $(TEST_PARALLEL) $(TEST_DURATIONS) $(PYTEST_ARGS)
