@@ -248,6 +248,7 @@ def summary(results: list[tuple[str, int, float]], flood: Flood) -> str:
             f"the server, {flood.failed_to_open} failed to open, at most {flood.most_open} open at once")
 
 
+@pytest.mark.long  # the floods test the HTTP server; the database only holds a key
 @pytest.mark.parametrize(
     "kind", ["trickled page bodies", "silent connections", "trickled headers", "silent, from five other addresses"],
 )
@@ -274,6 +275,7 @@ def test_a_keys_requests_are_all_answered_while_1030_connections_wait_on_their_c
     assert flood.opened >= FLOOD, summary(results, flood)
 
 
+@pytest.mark.long
 def test_an_upload_under_way_with_a_valid_key_survives_a_flood_from_its_own_address(paced, cast):
     """The upload waits on its client far longer than any flood connection, so it would be the
     first closed past the cap; its key, checked before its body, keeps it among those served."""

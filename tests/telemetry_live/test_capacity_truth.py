@@ -1,5 +1,7 @@
 """The published per-user figure matches what users measurably get (real processes)."""
 
+import pytest
+
 from fairness.telemetry import capacity_store
 from tests.support.polling import wait_for
 from tests.support.telemetry import load_on, poll, running_is
@@ -9,6 +11,7 @@ def engine_rate(before: dict, after: dict) -> float:
     return (after["generation_tokens"] - before["generation_tokens"]) / (after["clock"] - before["clock"])
 
 
+@pytest.mark.long  # engines and the capacity store; no database
 def test_the_published_per_user_figure_is_within_15_percent_of_measured(engine):
     measured = {}
     for users in (1, 4, 8):
