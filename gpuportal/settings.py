@@ -308,6 +308,9 @@ GP_MAX_UNFINISHED_BATCHES_PER_USER = envint("GP_MAX_UNFINISHED_BATCHES_PER_USER"
 GP_BATCH_POLL_SECONDS = envfloat("GP_BATCH_POLL_SECONDS", 5.0)
 GP_BATCH_SLICE_SECONDS = envfloat("GP_BATCH_SLICE_SECONDS", 300.0)
 GP_BATCH_CLAIM_SECONDS = envfloat("GP_BATCH_CLAIM_SECONDS", 30.0)
+# How often a running batch's key is read again: how soon a revoked key or a deactivated owner
+# stops its batch (the lines already at the engine finish).
+GP_BATCH_KEY_CHECK_SECONDS = envfloat("GP_BATCH_KEY_CHECK_SECONDS", 10.0)
 CELERY_TASK_ROUTES = {"fairness.run_batches": {"queue": "batches"}}
 CELERY_BEAT_SCHEDULE["run-batches"] = {
     "task": "fairness.run_batches", "schedule": GP_BATCH_POLL_SECONDS, "options": {"expires": GP_BATCH_POLL_SECONDS},

@@ -60,7 +60,6 @@ from fairness.store.redis_lane import Command
 
 log = logging.getLogger(__name__)
 
-KEY_CHECK_SECONDS = 10.0  # how soon a revoked key (or deactivated owner) stops its batches
 MAX_BACKOFF_SECONDS = 30.0
 FETCH_ROWS = 200
 
@@ -248,7 +247,7 @@ class BatchRun:
 
     async def _check_key(self) -> None:
         now = time.monotonic()
-        if now - self.key_checked < KEY_CHECK_SECONDS:
+        if now - self.key_checked < settings.GP_BATCH_KEY_CHECK_SECONDS:
             return
         self.key_checked = now
         key = await api_keys.load_by_id(self.batch.api_key_id)

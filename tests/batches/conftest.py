@@ -34,13 +34,14 @@ def stored_files(batch_files_dir: Path, settings) -> Path:
 
 
 @pytest.fixture
-def start_runner(live_db_url: str, batch_files_dir: Path, transactional_db) -> Iterator[Callable[[], WorkerProcess]]:
-    """Starts a worker that runs batches; as many as a test asks for, all stopped after it."""
+def start_runner(live_db_url: str, batch_files_dir: Path, transactional_db) -> Iterator[Callable[..., WorkerProcess]]:
+    """Starts a worker that runs batches (settings over RUNNER_ENV's as keywords); as many as a
+    test asks for, all stopped after it."""
     started: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
+    def start(**settings: str) -> WorkerProcess:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        env = gateway_env(live_db_url, GP_BATCH_FILES_DIR=str(batch_files_dir), **RUNNER_ENV)
+        env = gateway_env(live_db_url, GP_BATCH_FILES_DIR=str(batch_files_dir), **{**RUNNER_ENV, **settings})
         process = WorkerProcess(env, LOG_DIR / f"batch-worker-{free_port()}.log", queues="celery,batches")
         started.append(process)
         return process

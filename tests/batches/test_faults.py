@@ -137,13 +137,15 @@ def test_a_revoked_key_stops_its_batch(slow_client, slow_sim, runner, cast):
     assert done.completed >= 1 and done.completed + done.failed == 60
 
 
-def test_a_batch_longer_than_a_slice_goes_on_in_the_next_without_aborting_a_line(slow_client, slow_sim, runner):
-    batch = start_batch(slow_client, slow_lines(64, max_tokens=200))  # about 16 s of work, slices of 8 s
+def test_a_batch_longer_than_a_slice_goes_on_in_the_next_without_aborting_a_line(slow_client, slow_sim,
+                                                                                 start_runner):
+    runner = start_runner(GP_BATCH_SLICE_SECONDS="3")
+    batch = start_batch(slow_client, slow_lines(32))  # about 6 s of work, slices of 3 s
 
     done = wait_for_status(slow_client, batch.id, ENDED, timeout=120)
-    assert done.status == "completed" and done.request_counts.completed == 64
+    assert done.status == "completed" and done.request_counts.completed == 32
     outcomes = collections.Counter(r["outcome"] for r in slow_sim.requests())
-    assert outcomes == {"length": 64}, outcomes  # a slice's end gave back only lines not yet running
+    assert outcomes == {"length": 32}, outcomes  # a slice's end gave back only lines not yet running
     def slices() -> int:  # runners that held it; the last logs its end just after the batch ends
         return len(re.findall(r"run_batches\[[\w-]+\] succeeded in [\d.]+s: [1-9]", runner.log_path.read_text()))
 
@@ -152,7 +154,7 @@ def test_a_batch_longer_than_a_slice_goes_on_in_the_next_without_aborting_a_line
 
 def test_a_batch_fills_every_slot_and_gives_one_back_at_once_for_a_chat(slow_client, slow_sim, runner,
                                                                         openai_for, cast):
-    batch = start_batch(slow_client, slow_lines(40))
+    batch = start_batch(slow_client, slow_lines(24))
     # Its lines may borrow the reserve too (they can run again later): every slot, as nobody chats.
     wait_for(lambda: slow_sim.stats()["running"] == 8, timeout=60, interval=0.05, what="the batch on 8 of 8 slots")
 
@@ -167,6 +169,6 @@ def test_a_batch_fills_every_slot_and_gives_one_back_at_once_for_a_chat(slow_cli
                          for r in slow_sim.requests()), timeout=10, what="a line given back")
 
     done = wait_for_status(slow_client, batch.id, ENDED, timeout=120)
-    assert done.status == "completed" and done.request_counts.completed == 40
+    assert done.status == "completed" and done.request_counts.completed == 24
     finished = finished_at_engine(slow_sim)
-    assert set(finished) == {f"line-{n}" for n in range(40)} and max(finished.values()) == 1
+    assert set(finished) == {f"line-{n}" for n in range(24)} and max(finished.values()) == 1

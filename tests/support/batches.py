@@ -10,7 +10,8 @@ from tests.support.polling import wait_for
 # Short, so a killed runner's batch is taken over quickly (its claim, and the engine slots its
 # leases held, come free within seconds) and slices end within a test.
 RUNNER_ENV = {"GP_BATCH_POLL_SECONDS": "0.5", "GP_BATCH_CLAIM_SECONDS": "3", "GP_BATCH_SLICE_SECONDS": "8",
-              "GP_LEASE_TTL_SECONDS": "6", "GP_USAGE_FLUSH_SECONDS": "0.5", "GP_POLL_SECONDS": "1"}
+              "GP_BATCH_KEY_CHECK_SECONDS": "2", "GP_LEASE_TTL_SECONDS": "6", "GP_USAGE_FLUSH_SECONDS": "0.5",
+              "GP_POLL_SECONDS": "1"}
 
 
 def chat_lines(count: int, model: str = "sim", max_tokens: int = 8, prefix: str = "req") -> bytes:
