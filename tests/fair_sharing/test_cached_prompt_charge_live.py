@@ -122,7 +122,9 @@ def test_a_budget_counts_the_cached_prompt_as_charged_live_and_again_from_the_re
     assert sum(cached for _, _, cached in reported) > 0
     expected = sum(charge(*c) for c in reported)
     live = charged_so_far(alice)
-    assert live == pytest.approx(expected, rel=1e-6)
+    # rel 1e-4: fair-share usage decays with its half-life (a week: about a millionth every 0.9 s)
+    # between the charges and this read. The budget below does not decay.
+    assert live == pytest.approx(expected, rel=1e-4)
     assert budget_status.status_of([budget])[0].used == pytest.approx(expected, rel=1e-6)
 
     ids = [a.headers["x-request-id"] for a in answers]
