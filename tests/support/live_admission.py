@@ -10,6 +10,8 @@ import time
 
 import httpx
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fairness.scheduling.admission import Admission
 from tests.support.cast import MODEL, Member
@@ -72,10 +74,19 @@ def key_stats(member: Member) -> dict:
     return admission_stats()["keys"].get(member.unit, {"in_flight": 0, "queued": 0})
 
 
+async def _holds(condition) -> bool:
+    try:
+        return await asyncio.to_thread(condition)
+    except (RedisTimeoutError, RedisConnectionError):
+        # One read of Redis that stalled (two real engines spinning on two cores once held this
+        # process past the 5-s connect timeout) says nothing yet: poll again until the deadline.
+        return False
+
+
 async def wait_async(condition, timeout: float = 10.0) -> None:
     """Poll a blocking condition from async code, with a deadline."""
     deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
+    while not await _holds(condition):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out; admission: {await asyncio.to_thread(admission_stats)}")
         await asyncio.sleep(0.02)
