@@ -15,3 +15,13 @@ os.environ.setdefault("STATIC_ROOT", os.path.join(os.path.dirname(os.path.dirnam
                                                   "var", "test-staticfiles"))
 
 from gpuportal.settings import *  # noqa: E402, F403
+
+# Passwords are made the production way at one iteration (tests/support/hashers.py). Django finds
+# a hasher by the algorithm a hash names and reads the iterations from the hash, so this one also
+# checks any password a gateway the suite started has upgraded to production's count.
+PASSWORD_HASHERS = ["tests.support.hashers.OneIterationPBKDF2PasswordHasher"]
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["OPTIONS"]["init_command"] = "PRAGMA synchronous=OFF"  # noqa: F405
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"]["ENGINE"] = "tests.support.postgresql"  # noqa: F405
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"  # noqa: F405
