@@ -138,10 +138,10 @@ def stop_and_check(demo: Demo, signum: int, times: int) -> None:
         httpx.get(demo.url + "/v1/models", timeout=1)
 
 
+# A single Ctrl-C and a single SIGTERM stop the two runs of the re-run test below (a demo start
+# costs about 15 s of two cores); here the second press that follows the first within 0.2 s.
 @pytest.mark.parametrize(
-    ("signum", "times"),
-    [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGINT, 2), (signal.SIGTERM, 2)],
-    ids=["ctrl-c", "sigterm", "ctrl-c-twice", "sigterm-twice"],
+    ("signum", "times"), [(signal.SIGINT, 2), (signal.SIGTERM, 2)], ids=["ctrl-c-twice", "sigterm-twice"]
 )
 def test_every_demo_process_is_gone_within_10_s_of_the_signal(tmp_path, redis_url, signum, times):
     demo = start_demo(tmp_path, "demo")
@@ -150,6 +150,7 @@ def test_every_demo_process_is_gone_within_10_s_of_the_signal(tmp_path, redis_ur
 
 
 def test_a_rerun_replaces_the_last_runs_keys_and_keeps_the_admin_password(tmp_path, redis_url):
+    """And each run stops within the budget: the first on one SIGTERM, the second on one Ctrl-C."""
     first = start_demo(tmp_path, "first")
     assert re.search(r"user admin, password \S+", first.text())
     old_keys = printed_keys(first)
