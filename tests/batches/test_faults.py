@@ -71,7 +71,16 @@ def test_a_runner_killed_mid_batch_is_taken_over_and_no_line_completes_twice(slo
     # its record, a line would run again: see docs/batches.md.)
     wait_for(lambda: slow_client.batches.retrieve(batch.id).request_counts.completed >= 4, timeout=60,
              interval=0.1, what="some lines done")
-    wait_for(lambda: mid_generation(slow_sim), timeout=20, interval=0.02, what="lines mid-generation")
+
+    def between_records() -> bool:
+        # Every line the engine has finished is recorded (on a loaded box a record can lag its
+        # answer by more than the 0.2 s mid_generation leaves), and none is about to finish.
+        if not mid_generation(slow_sim):  # first: from here on, no line finishes for 0.7 s
+            return False
+        finished = sum(finished_at_engine(slow_sim).values())
+        return slow_client.batches.retrieve(batch.id).request_counts.completed == finished
+
+    wait_for(between_records, timeout=20, interval=0.02, what="lines mid-generation, every finished one recorded")
     first.kill()
     wait_for(lambda: slow_sim.stats()["running"] == 0, timeout=10, what="the dead runner's requests aborted")
     aborted = sum(1 for r in slow_sim.requests() if r["outcome"] == "abort")
