@@ -18,6 +18,8 @@ from tests.support.gateway_process import GatewayProcess, database_url
 from tests.support.processes import LOG_DIR, SUITE_SECRET_KEY, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
 
+TESTS = Path(__file__).parent
+
 # Fixtures several folders use, defined once (a plugin's fixtures are seen by every test).
 pytest_plugins = ["tests.support.browser_fixtures"]
 
@@ -33,6 +35,22 @@ PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerPr
 # PostgreSQL pass runs those alone (the rest ran on SQLite already and do not depend on it).
 DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",
                      "django_db_serialized_rollback"}
+# Of the tests that start processes, those the PostgreSQL pass runs as well (marked `postgresql`):
+# where processes contend for the same rows, so the backend's locks and transactions decide the
+# outcome, or where hostile bytes reach the database, which PostgreSQL refuses where SQLite stores
+# them, or where the processes are only an identity provider and the database work is this
+# process's. The other process tests send the same queries through the same code as the in-process
+# tests, which the PostgreSQL pass runs in full.
+POSTGRESQL_PROCESS_TESTS = (
+    "batches/",  # runners on several workers claim and finish the same lines
+    "batch_files/test_hostile_input.py",  # NUL bytes and odd names in uploads
+    "batch_files/test_storage_quota.py",  # uploads on several gateways lock their owner's row
+    "usage/",  # the flush from several processes into the usage tables
+    "people/test_front_end_live.py",  # gateways create the same person at once
+    "admin_api/test_schemathesis.py",  # generated bodies, NUL bytes and over-long strings among them
+    "oidc/",  # sign-in's accounts and identities; the processes are the provider and one gateway
+    "ldap/",  # the directory sync's accounts; the process is slapd
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,6 +66,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.process)
         if DATABASE_FIXTURES & fixtures or item.get_closest_marker("django_db"):
             item.add_marker(pytest.mark.database)
+        if str(path.relative_to(TESTS)).startswith(POSTGRESQL_PROCESS_TESTS):
+            item.add_marker(pytest.mark.postgresql)
 
 
 # Before any test or fixture runs: nothing in this process reaches past loopback.
