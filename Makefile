@@ -93,7 +93,7 @@ test-fast: venv-dev
 
 # The inner loop: only tests that run in this process (none that starts a gateway, worker, engine
 # or Redis of its own, drives a browser or waits out real time), on two workers: about 1,200 tests
-# in under two minutes.
+# in about a minute.
 test-quick: venv-dev
 	scripts/ensure-redis.sh
 	$(PY) -m pytest -m "not process and not engine and not chaos and not browser and not long" \

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
-from tests.support.browser_checks import WIDTHS, check_page, sideways_overflow
+from tests.support.browser_checks import WIDTHS, check_page, open_settled, sideways_overflow
 from tests.support.cast import ALICE_PASSWORD, MODEL
 from tests.support.live_load import polling
 from tests.support.polling import wait_for
@@ -107,7 +107,6 @@ def test_the_api_docs_are_drawn_offline_and_fit_a_phone(chromium, gateway):
         page = browser.new_page()
         for width in WIDTHS:
             page.set_viewport_size({"width": width, "height": 900})
-            page.goto(gateway.url + "/api/docs")
-            page.wait_for_load_state("networkidle")
+            open_settled(page, gateway.url + "/api/docs")
             assert page.get_by_text("/v1/chat/completions").count() > 0  # drawn, not a blank page
             assert sideways_overflow(page) <= 0, f"/api/docs scrolls sideways at {width} px"
