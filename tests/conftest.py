@@ -31,8 +31,8 @@ PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker", "engine8"
 # `load_settings(` a Python process that loads the portal's settings).
 PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
                    "private_redis(", "Popen(", "launch(", "load_settings(")
-# Fixtures that give a test the database: such a test is marked `database`, and the suite's
-# PostgreSQL pass runs those alone (the rest ran on SQLite already and do not depend on it).
+# Fixtures that give a test the database: such a test is marked `database`. The suite's PostgreSQL
+# pass runs those that start no process, and the process tests listed next.
 DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",
                      "django_db_serialized_rollback"}
 # Of the tests that start processes, those the PostgreSQL pass runs as well (marked `postgresql`):
@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.process)
         if DATABASE_FIXTURES & fixtures or item.get_closest_marker("django_db"):
             item.add_marker(pytest.mark.database)
-        if str(path.relative_to(TESTS)).startswith(POSTGRESQL_PROCESS_TESTS):
+        if path.is_relative_to(TESTS) and str(path.relative_to(TESTS)).startswith(POSTGRESQL_PROCESS_TESTS):
             item.add_marker(pytest.mark.postgresql)
 
 
