@@ -44,6 +44,9 @@ class SimConfig:
     # vLLM's flag: usage carries prompt_tokens_details.cached_tokens (else null).
     enable_prompt_tokens_details: bool = False
     log_level: str = "warning"
+    # vLLM's --runner: "generate" serves chat and completions, "pooling" (an embedding model) embeddings.
+    runner: str = "generate"
+    embedding_size: int = 128
     faults: Faults = field(default_factory=Faults)
 
     @property
@@ -64,6 +67,10 @@ class SimConfig:
         # One full-length sequence must always fit, or the scheduler could wait forever.
         if self.gpu_blocks < -(-self.max_model_len // self.block_size):
             raise ValueError("--num-gpu-blocks cannot hold one --max-model-len sequence")
+        if self.runner not in ("generate", "pooling"):
+            raise ValueError("--runner must be generate or pooling")
+        if self.embedding_size < 1:
+            raise ValueError("--embedding-size must be positive")
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError("--scheduling-policy must be fcfs or priority")
 
@@ -99,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--default-max-tokens", type=int, default=16, help="max_tokens when a request has none")
     add("--enable-prompt-tokens-details", action="store_true",
         help="report usage.prompt_tokens_details.cached_tokens, the prompt tokens found in the prefix cache")
+    add("--runner", choices=("generate", "pooling"), default="generate",
+        help="pooling: an embedding model, serving /v1/embeddings instead of chat and completions")
+    add("--embedding-size", type=int, default=128, help="floats in an embedding (pooling)")
     add("--fail-health", action="store_true", help="start with /health answering 503")
     add("--error-500", action="store_true", help="start with completions answering 500")
     add("--stall", action="store_true", help="start with completions never answering")
@@ -130,6 +140,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         default_max_tokens=ns.default_max_tokens,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         log_level=ns.log_level,
+        runner=ns.runner,
+        embedding_size=ns.embedding_size,
         faults=Faults(health_fail=ns.fail_health, error_500=ns.error_500, stall=ns.stall,
                       error_500_marker=ns.error_500_marker),
     )

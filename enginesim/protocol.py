@@ -112,7 +112,7 @@ def _prompt_units(data: dict[str, Any], chat: bool) -> bytes:
     raise bad_request("'prompt' must be a string or a list of token ids (one prompt per request)")
 
 
-def _request_object(body: bytes, config: SimConfig) -> dict[str, Any]:
+def request_object(body: bytes, config: SimConfig) -> dict[str, Any]:
     """The body as a JSON object naming this engine's model (or none); raises ApiError."""
     try:
         data = json.loads(body)
@@ -128,7 +128,7 @@ def _request_object(body: bytes, config: SimConfig) -> dict[str, Any]:
 
 def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionRequest:
     """Validate a completions body the way vLLM does; raises ApiError."""
-    data = _request_object(body, config)
+    data = request_object(body, config)
     units = _prompt_units(data, chat)
     prompt_tokens = count_tokens(units)
     limit = config.max_model_len
@@ -182,7 +182,7 @@ def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionReque
 def tokenize(body: bytes, config: SimConfig) -> bytes:
     """vLLM's POST /tokenize: a completions prompt or a chat's messages (rendered with the
     generation prompt) counted as a generation would count them, without generating."""
-    data = _request_object(body, config)
+    data = request_object(body, config)
     units = _prompt_units(data, chat="messages" in data)
     count = count_tokens(units)
     # Token ids are the prompt's 4-byte units read as integers: stable for equal prompts.

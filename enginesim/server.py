@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import __version__
 from .config import SimConfig
+from .embeddings import embedding_body, parse_embedding
 from .engine import Engine, Sequence, State
 from .instant import InstantEngine
 from .metrics import build_registry, render
@@ -83,9 +84,13 @@ class EngineSimApp:
         self._bearer = f"Bearer {config.api_key}".encode() if config.api_key else None
         # Who was in the engine when: the ground truth for tests of the gateway's caps.
         self.request_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
+        # As vLLM: a pooling model's server has no generation routes, a generating one no pooling ones.
+        served: dict[tuple[str, str], Handler] = (
+            {("POST", "/v1/embeddings"): self._embeddings} if config.runner == "pooling" else
+            {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions}
+        )
         self._routes: dict[tuple[str, str], Handler] = {
-            ("POST", "/v1/chat/completions"): self._chat,
-            ("POST", "/v1/completions"): self._completions,
+            **served,
             ("GET", "/v1/models"): self._models,
             ("POST", "/tokenize"): self._tokenize,
             ("GET", "/health"): self._health,
@@ -228,6 +233,55 @@ class EngineSimApp:
 
     # -- completions
 
+    async def _faulted(self, body: bytes, receive: Receive, send: Send) -> bool:
+        """Whether a fault switch answered this request (stalled it, or failed it with a 500)."""
+        if self.faults.stall:
+            await until_disconnect(receive)
+            return True
+        marker = self.faults.error_500_marker
+        if self.faults.error_500 or (marker and marker.encode() in body):
+            await respond(send, 500, error_body(500, "Simulated engine failure", "InternalServerError"))
+            return True
+        return False
+
+    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_body(receive)
+        if await self._faulted(body, receive, send):
+            return
+        try:
+            request = parse_embedding(body, self.config)
+        except ApiError as error:
+            await respond_error(send, error)
+            return
+        engine = self.engine
+        if isinstance(engine, InstantEngine):
+            engine.enter()
+            try:
+                await respond(send, 200, embedding_body(request, self.config.model))
+            finally:
+                engine.leave(request.prompt_tokens, 0, "stop")
+            return
+        # The inputs' prefill, then nothing more: one sequence for them all, done after one token
+        # (no longer than a sequence may be, or no KV budget could ever hold it).
+        prefill = min(request.prompt_tokens, self.config.max_model_len - 1)
+        seq = Sequence(prompt_len=prefill, block_hashes=[], max_tokens=1, target_tokens=1,
+                       priority=request.priority, stream=False)
+        engine.submit(seq)
+        entry = {"user": request.user, "priority": request.priority, "cache_salt": "",
+                 "arrived": seq.arrival, "ended": None, "outcome": None}
+        self.request_log.append(entry)
+        watcher = asyncio.ensure_future(receive())
+        watcher.add_done_callback(lambda _: engine.abort(seq))
+        try:
+            await seq.wait()
+            if seq.state is State.FINISHED:
+                await respond(send, 200, embedding_body(request, self.config.model))
+        finally:
+            watcher.cancel()
+            engine.abort(seq)  # no-op once finished; frees the slot on any other way out
+            entry["ended"] = time.monotonic()
+            entry["outcome"] = seq.finish_reason
+
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._generate(receive, send, chat=True)
 
@@ -236,13 +290,7 @@ class EngineSimApp:
 
     async def _generate(self, receive: Receive, send: Send, chat: bool) -> None:
         body = await read_body(receive)
-        if self.faults.stall:
-            await until_disconnect(receive)
-            return
-        marker = self.faults.error_500_marker
-        if self.faults.error_500 or (marker and marker.encode() in body):
-            await respond(send, 500, error_body(500, "Simulated engine failure",
-                                                "InternalServerError"))
+        if await self._faulted(body, receive, send):
             return
         try:
             request = parse_request(body, chat, self.config)
