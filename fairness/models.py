@@ -403,6 +403,12 @@ class Replica(models.Model):
         FCFS = "fcfs", "first come, first served"
         PRIORITY = "priority", "priority"
 
+    class ModelKind(models.TextChoices):
+        # What the engine runs the model as (vLLM: the generate runner, or the pooling runner
+        # converting to embeddings), and so which endpoints may be sent to it.
+        CHAT = "chat", "chat and completions"
+        EMBEDDING = "embedding", "embeddings"
+
     name = models.SlugField(max_length=60, unique=True)
     base_url = models.URLField(
         validators=[validate_engine_url], help_text="Without /v1, e.g. http://10.0.0.5:8000"
@@ -413,6 +419,10 @@ class Replica(models.Model):
         help_text="The served model name clients ask for.",
     )
     engine_kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.VLLM)
+    model_kind = models.CharField(
+        max_length=16, choices=ModelKind.choices, default=ModelKind.CHAT,
+        help_text="What the model serves: an embedding model (vLLM's pooling runner) takes only /v1/embeddings.",
+    )
     max_num_seqs = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     scheduling_policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FCFS)
     enabled = models.BooleanField(default=True)

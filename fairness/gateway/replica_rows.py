@@ -20,6 +20,7 @@ def replica_info(replica: Replica, tiers: frozenset[str] = frozenset()) -> Repli
         priority_policy=replica.scheduling_policy == Replica.Policy.PRIORITY,
         api_key=replica.api_key,
         tiers=tiers,
+        model_kind=replica.model_kind,
     )
 
 

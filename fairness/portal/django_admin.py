@@ -167,7 +167,8 @@ class ReplicaAdminForm(ReplicaForm):
 @admin.register(Replica)
 class ReplicaAdmin(_ReplicaAdminBase):
     form = ReplicaAdminForm  # refuses deployments that would share some replicas but not all
-    list_display = ["name", "model", "base_url", "max_num_seqs", "scheduling_policy", "enabled", "draining"]
+    list_display = ["name", "model", "model_kind", "base_url", "max_num_seqs", "scheduling_policy", "enabled",
+                    "draining"]
     list_filter = ["model", "enabled", "draining"]
 
     def save_model(self, request: HttpRequest, obj: Replica, form: ReplicaAdminForm, change: bool) -> None:

@@ -318,15 +318,24 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
     class Meta:
         formfield_callback = _plain_http_urls
         model = Replica
-        fields = ["name", "base_url", "model", "engine_kind", "max_num_seqs", "scheduling_policy", "api_key", "tiers"]
+        fields = ["name", "base_url", "model", "engine_kind", "model_kind", "max_num_seqs", "scheduling_policy",
+                  "api_key", "tiers"]
         labels = {
             "base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key",
-            "scheduling_policy": "Engine scheduling policy",
+            "scheduling_policy": "Engine scheduling policy", "model_kind": "Serves",
         }
         widgets = {
             "api_key": forms.PasswordInput(render_value=False),
             "tiers": forms.CheckboxSelectMultiple,
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A form posted without it (a script's, or one from before kinds) keeps the replica's kind.
+        self.fields["model_kind"].required = False
+
+    def clean_model_kind(self) -> str:
+        return str(self.cleaned_data.get("model_kind") or self.instance.model_kind)
 
     def clean(self) -> dict[str, Any]:
         super().clean()  # ModelForm.clean() returns cleaned_data itself
@@ -341,7 +350,9 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
         return data
 
     def changes(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in self.changed_data if name not in ("tiers", "remove_api_key")}
+        kept = {"model_kind"} - set(self.data)  # not posted: as it was
+        return {name: self.cleaned_data[name] for name in self.changed_data
+                if name not in ("tiers", "remove_api_key", *kept)}
 
 
 class ReplicaPageForm(ReplicaForm):

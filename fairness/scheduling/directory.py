@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What a replica runs its model as (Replica.ModelKind), and so which endpoints it takes.
+CHAT_MODEL = "chat"
+EMBEDDING_MODEL = "embedding"
+
 
 @dataclass(frozen=True)
 class ReplicaInfo:
@@ -19,6 +23,7 @@ class ReplicaInfo:
     priority_policy: bool
     api_key: str
     tiers: frozenset[str] = frozenset()  # empty: serves every tier
+    model_kind: str = CHAT_MODEL
 
     def serves(self, tier: str) -> bool:
         return not self.tiers or tier in self.tiers
@@ -45,6 +50,11 @@ class ReplicaDirectory:
     def serving(self, model: str, tier: str | None = None) -> list[ReplicaInfo]:
         replicas = self.by_model.get(model, [])
         return replicas if tier is None else [r for r in replicas if r.serves(tier)]
+
+    def kind(self, model: str) -> str | None:
+        """What the model is run as (every replica of a model says the same: deployment_conflict)."""
+        replicas = self.by_model.get(model)
+        return replicas[0].model_kind if replicas else None
 
     def group(self, model: str, tier: str) -> str:
         """The admission capacity group of this tier's deployment of the model."""
@@ -85,6 +95,10 @@ def deployment_conflict(replicas: list[ReplicaInfo]) -> str | None:
     """Why these replicas would have some engine slots counted twice, or None when they would not."""
     directory = ReplicaDirectory(replicas)
     for model in directory.models():
+        kinds = {r.model_kind for r in directory.serving(model)}
+        if len(kinds) > 1:
+            return (f"Model {model}: its replicas would serve it as {' and as '.join(sorted(kinds))} models. "
+                    "A model is one kind on every replica; give the others another name.")
         deployments = sorted(directory.deployments(model).items(), key=lambda d: sorted(d[0]))
         for index, (first, first_tiers) in enumerate(deployments):
             for second, second_tiers in deployments[index + 1:]:

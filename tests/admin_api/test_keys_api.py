@@ -138,3 +138,13 @@ def test_adding_a_replica_that_would_overlap_a_deployment_is_422(staff_client, c
                                                           "model": "tiny", "tiers": ["batch"]})
     assert response.status_code == 422 and response.json()["detail"].startswith("tiers: Model tiny")
     assert not Replica.objects.filter(name="gpu1").exists()
+
+
+def test_adding_a_replica_that_serves_a_model_as_another_kind_is_422(staff_client, cast):
+    Replica.objects.create(name="gpu0", base_url="http://127.11.2.3:9", model="tiny", max_num_seqs=8)
+    body = {"name": "gpu1", "base_url": "http://127.11.2.4:9", "model": "tiny", "model_kind": "embedding"}
+    response = post(staff_client, "/api/admin/replicas", body)
+    assert response.status_code == 422 and "as chat and as embedding models" in response.json()["detail"]
+    assert not Replica.objects.filter(name="gpu1").exists()
+    added = post(staff_client, "/api/admin/replicas", {**body, "model": "tiny-embed"})
+    assert added.status_code == 201 and added.json()["model_kind"] == "embedding"

@@ -113,3 +113,22 @@ def test_a_disabled_replica_shows_its_last_verdict(staff_client, tiers):
     row = html[html.index(">gpu1<"):]
     assert "last seen</span> <span class=\"health down\">down</span>" in row and "3 min ago" in row
     assert "not polled yet" not in row
+
+
+def test_an_embedding_replica_is_added_as_one_and_keeps_its_kind_through_an_edit_that_leaves_it_out(staff_client,
+                                                                                                   tiers):
+    form = staff_client.get("/staff/replicas/new/").content.decode()
+    assert 'name="model_kind"' in form and "embeddings" in form
+    added = fields(name="embed0", model="bge", model_kind="embedding")
+    staff_client.post("/staff/replicas/new/", added, follow=True)
+    assert Replica.objects.get(name="embed0").model_kind == Replica.ModelKind.EMBEDDING
+    assert "embeddings" in staff_client.get("/staff/replicas/").content.decode()
+    edited = {k: v for k, v in added.items() if k != "model_kind"}  # a form that does not know the field
+    staff_client.post("/staff/replicas/embed0/edit/", {**edited, "max_num_seqs": 4}, follow=True)
+    replica = Replica.objects.get(name="embed0")
+    assert (replica.model_kind, replica.max_num_seqs) == (Replica.ModelKind.EMBEDDING, 4)
+    assert AuditEntry.objects.get(action="replica.update").detail == {"max_num_seqs": 4, "tiers": []}
+    # The same model as a chat model beside it would be one model of two kinds: refused, saying so.
+    refused = staff_client.post("/staff/replicas/new/", fields(name="chat0", model="bge"))
+    assert "as chat and as embedding models" in refused.content.decode()
+    assert not Replica.objects.filter(name="chat0").exists()

@@ -2,7 +2,13 @@
 
 import pytest
 
-from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo, deployment_conflict
+from fairness.scheduling.directory import (
+    CHAT_MODEL,
+    EMBEDDING_MODEL,
+    ReplicaDirectory,
+    ReplicaInfo,
+    deployment_conflict,
+)
 
 
 def replica(name: str, *tiers: str, model: str = "m") -> ReplicaInfo:
@@ -38,3 +44,18 @@ def test_the_deployments_list_tiers_by_the_replicas_they_run_on():
         frozenset({"r1", "r2", "r3"}): {"batch"},
         frozenset({"r3"}): {""},
     }
+
+
+def test_a_model_is_one_kind_on_every_replica():
+    embedding = ReplicaInfo(id=0, name="e1", base_url="http://e1.invalid", model="m", engine_kind="vllm",
+                            max_num_seqs=8, priority_policy=False, api_key="", model_kind=EMBEDDING_MODEL)
+    conflict = deployment_conflict([replica("r1"), embedding])
+    assert conflict is not None and "as chat and as embedding models" in conflict
+    assert deployment_conflict([replica("r1"), replica("e1", model="embedder")]) is None
+    assert ReplicaDirectory([replica("r1"), embedding]).kind("m") == CHAT_MODEL  # the first says, until fixed
+
+
+def test_the_directorys_kinds_are_the_replica_rows_choices():
+    from fairness.models import Replica
+
+    assert set(Replica.ModelKind.values) == {CHAT_MODEL, EMBEDDING_MODEL}

@@ -17,6 +17,8 @@ class Command(AuditedCommand):
         parser.add_argument("--model", required=True)
         parser.add_argument("--max-num-seqs", type=int, required=True)
         parser.add_argument("--kind", default=Replica.Kind.VLLM, choices=Replica.Kind.values)
+        parser.add_argument("--model-kind", default=Replica.ModelKind.CHAT, choices=Replica.ModelKind.values,
+                            help="embedding: an embedding model (vLLM --runner pooling), for /v1/embeddings only")
         parser.add_argument("--policy", default=Replica.Policy.FCFS, choices=Replica.Policy.values)
         parser.add_argument("--api-key", default="")
         parser.add_argument("--tiers", default=None, help="Serve only these tiers, e.g. interactive,batch "
@@ -27,6 +29,7 @@ class Command(AuditedCommand):
         fields = {
             "base_url": opts["url"].rstrip("/"), "model": opts["model"],
             "max_num_seqs": opts["max_num_seqs"], "engine_kind": opts["kind"],
+            "model_kind": opts["model_kind"],
             "scheduling_policy": opts["policy"], "api_key": opts["api_key"], "enabled": True,
         }
         changed = {f: v for f, v in fields.items() if replica.pk is None or getattr(replica, f) != v}

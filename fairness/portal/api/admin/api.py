@@ -373,6 +373,7 @@ class ReplicaIn(Input):
     base_url: str = Field(max_length=200)
     model: str = Field(min_length=1, max_length=200)
     engine_kind: Literal["vllm", "llamacpp", "sglang", "tgi"] = "vllm"
+    model_kind: Literal["chat", "embedding"] = "chat"
     max_num_seqs: int = Field(8, ge=1, le=100_000)
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     api_key: str = Field("", max_length=200)
@@ -384,6 +385,7 @@ class ReplicaOut(Schema):
     base_url: str
     model: str
     engine_kind: str
+    model_kind: str
     max_num_seqs: int
     scheduling_policy: str
     enabled: bool
