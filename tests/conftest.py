@@ -13,7 +13,7 @@ from django.db import connections
 
 from enginesim.process import EngineSimProcess, start_enginesim
 from tests.support import flush_retry, network_guard
-from tests.support.cast import MODEL, STAFF_IP, STAFF_PASSWORD, Member
+from tests.support.cast import EMBEDDING_MODEL, MODEL, STAFF_IP, STAFF_PASSWORD, Member
 from tests.support.gateway_process import GatewayProcess, database_url
 from tests.support.processes import LOG_DIR, SUITE_SECRET_KEY, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
@@ -190,6 +190,26 @@ def sim() -> Iterator[EngineSimProcess]:
     process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "20"])
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def embedding_sim() -> Iterator[EngineSimProcess]:
+    """A simulated embedding model. Its prefill runs at 400 tokens a second, so an input of a
+    hundred tokens is in the engine for a quarter second, long enough to be seen there."""
+    process = start_enginesim(model=EMBEDDING_MODEL, max_num_seqs=8,
+                              extra_args=["--runner", "pooling", "--prefill-tokens-per-second", "400"])
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def embedding_replica(embedding_sim: EngineSimProcess, gateway, replica):
+    """An embedding replica beside the chat replica ("sim-a"); its engine's request log cleared."""
+    from fairness.models import Replica
+
+    embedding_sim.reset_peak()
+    return Replica.objects.create(name="embed-a", base_url=embedding_sim.url, model=EMBEDDING_MODEL, max_num_seqs=8,
+                                  model_kind=Replica.ModelKind.EMBEDDING)
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ PREFIX = "/v1/"
 ROUTES: dict[str, View] = {
     "/v1/chat/completions": views.chat_completions,
     "/v1/completions": views.completions,
+    "/v1/embeddings": views.embeddings,
     "/v1/models": views.models,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
@@ -73,14 +74,14 @@ PREFIX_ROUTES: dict[str, View] = {
 
 # What a front end's key may call, for the person a request names; listing models names nobody
 # (Open WebUI lists them at start, with no user).
-FRONT_END_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+FRONT_END_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 
 
 async def _spoken_for(runtime: GatewayRuntime, key: KeyInfo, path: str, headers: dict[str, str]) -> KeyInfo:
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return key
     if path not in FRONT_END_ROUTES:
-        raise ApiError(403, "A front end's key serves chats and completions for the people it names; "
+        raise ApiError(403, "A front end's key serves chats, completions and embeddings for the people it names; "
                        "files and batches need a key of one's own.", "front_end_route")
     return await runtime.people.speak_for(key, headers)
 

@@ -87,9 +87,14 @@ class ContextLengths:
 
     def of(self, replicas: Sequence[ReplicaInfo]) -> int:
         """The context every one of these replicas holds, as far as known."""
+        stated = self.stated(replicas)
+        return int(settings.GP_MODEL_CONTEXT_TOKENS) if stated is None else stated
+
+    def stated(self, replicas: Sequence[ReplicaInfo]) -> int | None:
+        """The context every one of these replicas holds by their engines' word; None before any said."""
         known = []
         for replica in replicas:
             entry = self._figures.get(replica.name)
             if entry is not None and entry[0] == replica:  # not a figure of the row before a change
                 known.append(entry[1])
-        return min(known) if known else int(settings.GP_MODEL_CONTEXT_TOKENS)
+        return min(known) if known else None

@@ -41,7 +41,9 @@ def prompt_estimate(body_bytes: int) -> int:
 def request_estimate(request: ProxyRequest, body_bytes: int) -> float:
     """The weighted tokens a request will likely charge, before it runs: its prompt estimate and
     its completion limit as the engine reads it (the release settles the real count)."""
-    limit = request_parsing.completion_limit(request) or _DEFAULT_COMPLETION_ESTIMATE
+    limit = request_parsing.completion_limit(request)
+    if limit is None:
+        limit = _DEFAULT_COMPLETION_ESTIMATE
     return fair_share.weighted_tokens(
         prompt_estimate(body_bytes), int(limit),
         settings.GP_FAIRSHARE_WEIGHT_PROMPT, settings.GP_FAIRSHARE_WEIGHT_COMPLETION,

@@ -70,6 +70,9 @@ _MODEL = {
         "object": {"type": "string", "enum": ["model"]},
         "created": {"type": "integer"},
         "owned_by": {"type": "string", "example": "gpuportal"},
+        "kind": {"type": "string", "enum": ["chat", "embedding"],
+                 "description": "chat: /v1/chat/completions and /v1/completions; embedding: /v1/embeddings."},
+        "max_model_len": {"type": "integer", "description": "The context its engines state, once one has."},
     },
 }
 
@@ -119,6 +122,20 @@ COMPONENTS: dict[str, Any] = {
             },
             "example": {"model": "demo", "prompt": "Once upon a time", "max_tokens": 32},
         },
+        "EmbeddingRequest": {
+            "type": "object",
+            "required": ["model", "input"],
+            "additionalProperties": True,
+            "properties": {
+                "model": {"type": "string"},
+                "input": {"description": "A string, up to 2,048 strings, a list of token ids, or lists of them.",
+                          "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 2048}]},
+                "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+                "dimensions": {"type": "integer", "minimum": 1},
+                "user": {"type": "string"},
+            },
+            "example": {"model": "demo-embed", "input": ["The first passage.", "The second."]},
+        },
     },
 }
 
@@ -140,6 +157,20 @@ PATHS: dict[str, Any] = {
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
         "responses": _GENERATION_RESPONSES,
+    }},
+    "/v1/embeddings": {"post": {
+        "tags": [TAG], "operationId": "v1_embeddings", "summary": "Create embeddings",
+        "description": "Queued fairly by the key's tier like a chat, then forwarded to a replica serving the "
+                       "embedding model; charged its prompt tokens. A chat model is refused (400 wrong_model_kind).",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/EmbeddingRequest"}}}},
+        "responses": {
+            "200": {"description": "The engine's answer. `X-GPUPortal-Replica` names the replica, "
+                                   "`X-GPUPortal-Queued-Ms` the time queued.",
+                    "content": {"application/json": {"schema": {"type": "object"}}}},
+            **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+        },
     }},
     "/v1/models": {"get": {
         "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models the key may use",

@@ -20,6 +20,9 @@ from fairness.gateway.errors import ApiError
 
 CHAT = "chat"
 COMPLETIONS = "completions"
+EMBEDDINGS = "embeddings"
+# OpenAI's limit on the inputs of one embeddings request.
+MOST_EMBEDDING_INPUTS = 2048
 
 
 @dataclass
@@ -41,6 +44,8 @@ def completion_limit(request: ProxyRequest) -> int | None:
     max_tokens only (the engine ignores max_completion_tokens there), 16 when absent, and an
     explicit null runs to the end of the context."""
     payload = request.payload
+    if request.endpoint == EMBEDDINGS:
+        return 0  # an embedding is the prompt's prefill only
     if request.endpoint == CHAT:
         stated = payload.get("max_completion_tokens")
         return stated if stated is not None else payload.get("max_tokens")
@@ -76,6 +81,9 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise _invalid("You must provide a model parameter.", "model", "missing_required_parameter")
     if not isinstance(model, str) or not model:
         raise _invalid("'model' must be a non-empty string.", "model")
+
+    if endpoint == EMBEDDINGS:
+        return _embeddings(payload, model)
 
     stream = payload.get("stream", False)
     if stream is None:
@@ -120,6 +128,43 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise _invalid("'stream_options' must be an object.", "stream_options")
     wants_usage = bool(options and options.get("include_usage"))
     return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=wants_usage, endpoint=endpoint)
+
+
+def _embeddings(payload: dict[str, Any], model: str) -> ProxyRequest:
+    """An embeddings request: `input` as OpenAI takes it (a string, strings, token ids, or lists of
+    token ids), and the options the gateway forwards, checked for their type. The inputs of one
+    request run together on the engine, prefill only, and hold one slot between them."""
+    data = payload.get("input")
+    if data is None:
+        raise _invalid("'input' is a required property.", "input", "missing_required_parameter")
+    if isinstance(data, str):
+        inputs: list[Any] = [data]
+    elif isinstance(data, list) and data:
+        inputs = data if not _is_int(data[0]) else [data]
+    else:
+        raise _invalid("'input' must be a non-empty string or array.", "input")
+    if len(inputs) > MOST_EMBEDDING_INPUTS:
+        raise _invalid(f"'input' may hold at most {MOST_EMBEDDING_INPUTS} entries; send the rest in "
+                       "another request.", "input", "unsupported_value")
+    for item in inputs:
+        if isinstance(item, str):
+            if not item:
+                raise _invalid("'input' cannot hold an empty string.", "input", "invalid_value")
+        elif not (isinstance(item, list) and item and all(_is_int(i) and i >= 0 for i in item)):
+            raise _invalid("'input' must be a string, an array of strings, an array of token ids "
+                           "(non-negative integers) or an array of such arrays.", "input")
+    encoding = payload.get("encoding_format")
+    if encoding is not None and encoding not in ("float", "base64"):
+        raise _invalid("'encoding_format' must be 'float' or 'base64'.", "encoding_format", "invalid_value")
+    dimensions = payload.get("dimensions")
+    if dimensions is not None and (not _is_int(dimensions) or dimensions < 1):
+        raise _invalid("'dimensions' must be a positive integer.", "dimensions")
+    user = payload.get("user")
+    if user is not None and not isinstance(user, str):
+        raise _invalid(f"'user' must be a string, not {_json_type(user)}.", "user")
+    if payload.get("stream"):
+        raise _invalid("Embeddings are not streamed: leave out 'stream'.", "stream", "unsupported_value")
+    return ProxyRequest(payload=payload, model=model, stream=False, wants_usage=False, endpoint=EMBEDDINGS)
 
 
 # The common sampling parameters, checked for their type only (null means the default): a

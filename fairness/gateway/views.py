@@ -28,7 +28,7 @@ from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
 from fairness.scheduling.admission import Grant
-from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
+from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, ReplicaDirectory, ReplicaInfo
 from fairness.store.cancelling import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,16 @@ async def completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpR
     return await _proxy(request, runtime, request_parsing.COMPLETIONS)
 
 
+async def embeddings(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    return await _proxy(request, runtime, request_parsing.EMBEDDINGS)
+
+
 async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
     if request.method != "GET":
         raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
     directory, key = request.directory, request.key
     data = [
-        _model_object(name)
+        _model_object(directory, name, key.tier.name, runtime)
         for name in directory.models()
         if directory.serving(name, key.tier.name) and key.model_access.allows(name)
     ]
@@ -87,11 +91,19 @@ async def model(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespons
     if not request.directory.serving(name, request.key.tier.name) or not request.key.model_access.allows(name):
         # Also for a model that exists but not for this tier or key: /v1/models does not list it either.
         raise ApiError(404, f"The model '{name}' does not exist.", "model_not_found", param="model")
-    return HttpResponse(json.dumps(_model_object(name)), content_type="application/json")
+    return HttpResponse(json.dumps(_model_object(request.directory, name, request.key.tier.name, runtime)),
+                        content_type="application/json")
 
 
-def _model_object(name: str) -> dict[str, str | int]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal"}
+def _model_object(directory: ReplicaDirectory, name: str, tier: str, runtime: GatewayRuntime) -> dict[str, str | int]:
+    """OpenAI's model object, with what its replicas tell a client: the kind of model (which
+    endpoints take it) and, once an engine has stated it, the context it holds (vLLM's field)."""
+    found: dict[str, str | int] = {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal",
+                                   "kind": directory.kind(name) or CHAT_MODEL}
+    context = runtime.context_lengths.stated(directory.serving(name, tier))
+    if context is not None:
+        found["max_model_len"] = context
+    return found
 
 
 async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str) -> HttpResponseBase:
@@ -103,6 +115,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
     serving = directory.serving(parsed.model)
     if not serving:
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
+    _check_kind(directory.kind(parsed.model), parsed)
     replicas = directory.serving(parsed.model, key.tier.name)
     if not replicas:
         raise ApiError(
@@ -149,8 +162,9 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         await lifecycle.admit(demand_of(
             key, group, _preference(replicas, parsed, request.headers),
             estimate=request_estimate(parsed, len(body)),
+            # No budgets, or nothing to complete (embeddings): no work. The context: its replicas' smallest.
             completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
-            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
+            if key.budget_rules and parsed.endpoint != request_parsing.EMBEDDINGS else None,
             redoable=not parsed.stream,
         ))
         return await _redone_while_revoked(lifecycle, answer)
@@ -195,6 +209,22 @@ async def _redone_while_revoked(
         log.info("request %s gave its borrowed slot back for a chat; it runs again",
                  lifecycle.event["request_id"])
         await lifecycle.requeue()
+
+
+# What each endpoint needs the model to be run as.
+_KIND_OF_ENDPOINT = {request_parsing.CHAT: CHAT_MODEL, request_parsing.COMPLETIONS: CHAT_MODEL,
+                     request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
+_ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions and /v1/completions", EMBEDDING_MODEL: "/v1/embeddings"}
+
+
+def _check_kind(kind: str | None, parsed: request_parsing.ProxyRequest) -> None:
+    """A chat request to an embedding model, or the reverse, is the client's mistake: say so
+    before it waits for a slot on an engine that would refuse it."""
+    if kind is not None and kind != _KIND_OF_ENDPOINT[parsed.endpoint]:
+        raise ApiError(
+            400, f"The model '{parsed.model}' is served as a{'n' if kind == EMBEDDING_MODEL else ''} {kind} model: "
+            f"send it to {_ENDPOINT_PATHS[kind]}.", "wrong_model_kind", param="model",
+        )
 
 
 def _lowered(parsed: request_parsing.ProxyRequest, grant: Grant | None) -> int | None:

@@ -216,4 +216,4 @@ def test_a_stalled_engine_gets_504(live_db_url, redis_url, tiers, cast, sim):
 
 
 def test_an_unknown_endpoint_under_v1_gets_an_openai_shaped_404(gateway, replica, cast):
-    assert_error(post(gateway, cast["alice"].secret, CHAT, path="/v1/embeddings"), 404, "unknown_url")
+    assert_error(post(gateway, cast["alice"].secret, CHAT, path="/v1/moderations"), 404, "unknown_url")

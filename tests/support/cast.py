@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MODEL = "sim"
+EMBEDDING_MODEL = "sim-embed"  # an embedding model, on its own replica (embedding_replica)
 # sam's address on the staff pages (the audit log records it).
 STAFF_IP = "127.10.0.7"
 # sam's password (the `staff` fixture sets it), and alice's for the tests that give her one.
