@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fairness.batch.batches_api import ENDPOINTS
 from fairness.gateway.openapi import SECURITY_SCHEME, TAG, merge
 
 _SECURED: list[dict[str, list[str]]] = [{SECURITY_SCHEME: []}]
@@ -46,7 +47,7 @@ COMPONENTS: dict[str, Any] = {
             "properties": {
                 "id": {"type": "string", "example": "batch_abc123"},
                 "object": {"type": "string", "enum": ["batch"]},
-                "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/completions"]},
+                "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
                 "errors": {"type": ["object", "null"]},
                 "input_file_id": {"type": "string"},
                 "completion_window": {"type": "string", "enum": ["24h"]},
@@ -151,7 +152,7 @@ PATHS: dict[str, Any] = {
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["input_file_id", "endpoint", "completion_window"],
                 "properties": {"input_file_id": {"type": "string"},
-                               "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/completions"]},
+                               "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
                                "completion_window": {"type": "string", "enum": ["24h"]},
                                "metadata": {"type": "object", "additionalProperties": {"type": "string"}}},
             }}}},

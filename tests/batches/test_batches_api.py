@@ -23,7 +23,7 @@ def create(client, **fields):
 
 
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"endpoint": "/v1/embeddings"}, "endpoint"),
+    ({"endpoint": "/v1/moderations"}, "endpoint"),
     ({"completion_window": "1h"}, "completion_window"),
     ({"metadata": {"k": "v" * 513}}, "metadata"),
     ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata"),
