@@ -82,7 +82,7 @@ class Demo:
 
 
 def start_demo(workdir: Path, name: str) -> Demo:
-    port, engine_a, engine_b = free_port(), free_port(), free_port()
+    port, engine_a, engine_b, embedder = free_port(), free_port(), free_port(), free_port()
     output = workdir / f"{name}.out"
     env = {
         **os.environ,
@@ -92,7 +92,8 @@ def start_demo(workdir: Path, name: str) -> Demo:
         "STATIC_ROOT": str(workdir / "staticfiles"),
         "PYTHONUNBUFFERED": "1",
     }
-    args = f"--port {port} --engine-ports {engine_a},{engine_b} --speed 5 --log-dir {workdir / 'logs'}"
+    args = (f"--port {port} --engine-ports {engine_a},{engine_b} --embedding-port {embedder} --speed 5 "
+            f"--log-dir {workdir / 'logs'}")
     with open(output, "wb") as out:
         # `-o` keeps make from reinstalling the venv under the tests; the recipe is the real one.
         process = subprocess.Popen(
@@ -119,7 +120,7 @@ def stop_and_check(demo: Demo, signum: int, times: int) -> None:
     """Signal the demo's process group `times` times; every process it started is gone within
     STOP_BUDGET seconds of the first signal."""
     processes = descendants(demo.process.pid)
-    assert len(processes) >= 6, processes  # the command, two engines, Celery, the gateway, traffic
+    assert len(processes) >= 7, processes  # the command, three engines, Celery, the gateway, traffic
     signalled = time.monotonic()
     for _ in range(times):
         os.killpg(demo.process.pid, signum)
@@ -170,6 +171,9 @@ def test_a_rerun_replaces_the_last_runs_keys_and_keeps_the_admin_password(tmp_pa
 
         assert status(new_keys["alice"]) == 200
         assert status(old_keys["alice"]) == 401
+        embedded = httpx.post(second.url + "/v1/embeddings", json={"model": "demo-embed", "input": ["a", "b"]},
+                              headers={"authorization": f"Bearer {new_keys['alice']}"}, timeout=10)
+        assert embedded.status_code == 200 and len(embedded.json()["data"]) == 2, embedded.text
         with sqlite3.connect(tmp_path / "demo.sqlite3") as db:
             live = db.execute("select count(*) from fairness_apikey where label = 'demo' and revoked_at is null")
             assert live.fetchone()[0] == 3

@@ -86,12 +86,14 @@ def stop_all(children: list[subprocess.Popen[bytes]], patience: float = STOP_PAT
 
 
 class Command(BaseCommand):
-    help = "Start two enginesim replicas, a Celery worker with beat, and the gateway."
+    help = "Start two enginesim replicas and an embedding one, a Celery worker with beat, and the gateway."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="The gateway's port.")
         parser.add_argument("--engine-ports", default="8101,8102")
         parser.add_argument("--model", default="demo")
+        parser.add_argument("--embedding-port", type=int, default=8103, help="The embedding replica's port.")
+        parser.add_argument("--embedding-model", default="demo-embed")
         parser.add_argument("--speed", type=float, default=1.0, help="enginesim speed factor")
         parser.add_argument("--log-dir", default=None, help="Where the processes log (default var/demo-logs).")
         parser.add_argument("--traffic", action=argparse.BooleanOptionalAction, default=True,
@@ -99,7 +101,7 @@ class Command(BaseCommand):
                                  "so the capacity page moves; --no-traffic for a quiet portal.")
 
     def handle(self, *args: Any, port: int, engine_ports: str, model: str, speed: float, traffic: bool,
-               log_dir: str | None, **options: Any) -> None:
+               log_dir: str | None, embedding_port: int, embedding_model: str, **options: Any) -> None:
         # Ctrl-C and SIGTERM stop the demo from here on, whether one arrives or several: `make`
         # passes a SIGTERM on to us, and a Ctrl-C reaches us and `make` together.
         stopping = False
@@ -116,7 +118,7 @@ class Command(BaseCommand):
         }
         children: list[subprocess.Popen[bytes]] = []
         try:
-            self._run(children, port, engine_ports, model, speed, traffic, log_dir)
+            self._run(children, port, engine_ports, model, speed, traffic, log_dir, (embedding_port, embedding_model))
         except _Stop:
             pass
         except KeyboardInterrupt:  # a Ctrl-C before our handler was in place
@@ -130,7 +132,7 @@ class Command(BaseCommand):
                 signal.signal(signum, handler)
 
     def _run(self, children: list[subprocess.Popen[bytes]], port: int, engine_ports: str, model: str,
-             speed: float, traffic: bool, log_dir_option: str | None) -> None:
+             speed: float, traffic: bool, log_dir_option: str | None, embedder: tuple[int, str]) -> None:
         call_command("migrate", verbosity=0)
         # Hashed, compressed static files, as in production: see gpuportal/static_storage.py.
         call_command("collectstatic", interactive=False, verbosity=0)
@@ -154,6 +156,11 @@ class Command(BaseCommand):
                          "--model", model, "--max-num-seqs", "8", "--speed", str(speed),
                          "--enable-prompt-tokens-details"])  # cached prompt tokens are charged less
             self._register(name, f"http://127.0.0.1:{engine_port}", model)
+        embedding_port, embedding_model = embedder
+        start("sim-embed", [sys.executable, "-m", "enginesim", "--port", str(embedding_port),
+                            "--model", embedding_model, "--runner", "pooling", "--max-num-seqs", "8",
+                            "--speed", str(speed)])
+        self._register("sim-embed", f"http://127.0.0.1:{embedding_port}", embedding_model, Replica.ModelKind.EMBEDDING)
         start("celery", [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "-B",
                          "--loglevel", "INFO", "--concurrency", "2",
                          "--schedule", str(log_dir / "celerybeat-schedule")])
@@ -165,7 +172,7 @@ class Command(BaseCommand):
                           "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
               env={"GP_SHUTDOWN_GRACE_SECONDS": os.environ.get("GP_SHUTDOWN_GRACE_SECONDS", "2")})
         self._wait_until_up(f"http://127.0.0.1:{port}/v1/models", children)
-        keys = self._introduce(port, model, log_dir)
+        keys = self._introduce(port, model, embedding_model, log_dir)
         if traffic:
             # Keys travel in the environment, not the command line, so `ps` does not show them.
             manage = str(Path(settings.BASE_DIR) / "manage.py")
@@ -181,9 +188,10 @@ class Command(BaseCommand):
             time.sleep(0.5)
         raise CommandError(f"A demo process exited; see the logs in {log_dir}")
 
-    def _register(self, name: str, url: str, model: str) -> None:
+    def _register(self, name: str, url: str, model: str, kind: str = Replica.ModelKind.CHAT) -> None:
         Replica.objects.update_or_create(
-            name=name, defaults={"base_url": url, "model": model, "max_num_seqs": 8, "enabled": True}
+            name=name,
+            defaults={"base_url": url, "model": model, "model_kind": kind, "max_num_seqs": 8, "enabled": True},
         )
 
     def _wait_until_up(self, url: str, children: list[subprocess.Popen[bytes]]) -> None:
@@ -199,7 +207,7 @@ class Command(BaseCommand):
             time.sleep(0.2)
         raise CommandError("The gateway did not come up within 60 s; see var/demo-logs/gateway.log")
 
-    def _introduce(self, port: int, model: str, log_dir: Path) -> dict[str, str]:
+    def _introduce(self, port: int, model: str, embedding_model: str, log_dir: Path) -> dict[str, str]:
         tiers = ensure_default_tiers(Tier)
         User = get_user_model()
         actor = command_line_actor()  # this process's own command line: manage.py demo
@@ -225,7 +233,7 @@ class Command(BaseCommand):
         base = f"http://127.0.0.1:{port}"
         self.stdout.write(self.style.SUCCESS(f"\ngpuportal is running at {base}/"))
         self.stdout.write(f"  Capacity page    {base}/capacity/")
-        self.stdout.write(f"  OpenAI endpoint  {base}/v1   (model '{model}')")
+        self.stdout.write(f"  OpenAI endpoint  {base}/v1   (model '{model}'; embeddings: '{embedding_model}')")
         self.stdout.write(f"  Staff pages      {base}/staff/keys/   {signing_in}")
         self.stdout.write(f"  Django admin     {base}/admin/   (raw edits, same user)")
         self.stdout.write(f"  Logs             {log_dir}/")
