@@ -7,22 +7,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from enginesim.process import start_enginesim
-from fairness.accounting import usage
-from fairness.models import UsageRecord
-from fairness.store.redis_clients import redis_sync
 from fairness.telemetry.metrics_parser import parse_metrics
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
 from tests.support.polling import wait_for
+from tests.support.usage_records import recorded
 
 MESSAGES = [{"role": "user", "content": "Tell me about the weather in spring."}]
 
-
-def recorded(request_id: str) -> UsageRecord:
-    def flushed():
-        usage.flush(redis_sync())
-        return UsageRecord.objects.filter(request_id=request_id).first()
-
-    return wait_for(flushed, timeout=20, what=f"usage of {request_id}")
 
 
 def server_named(vllm_pair, name):

@@ -5,23 +5,13 @@ import time
 
 from django.conf import settings
 
-from fairness.accounting import usage
-from fairness.models import UsageRecord
 from fairness.scheduling import fair_share
-from fairness.store.redis_clients import redis_sync
 from tests.engine.vllm_server import SERVED_MODEL_NAME as TINY
-from tests.support.polling import wait_for
+from tests.support.usage_records import recorded
 
 # 364 tokens of the tiny model's tokenizer: two whole 128-token blocks and some.
 SYSTEM = "budget memory cache prefix prompt stream reply message history session engine worker " * 30
 
-
-def recorded(request_id: str) -> UsageRecord:
-    def flushed():
-        usage.flush(redis_sync())
-        return UsageRecord.objects.filter(request_id=request_id).first()
-
-    return wait_for(flushed, timeout=20, what=f"usage of {request_id}")
 
 
 def test_a_repeated_long_prompt_is_recorded_with_the_tokens_vllm_had_cached(cast, engine_client):

@@ -16,6 +16,7 @@ from fairness.telemetry import budget_status
 from tests.support.accounts import live_usage
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.usage_records import recorded
 
 # About 1,900 prompt tokens and room for 2,000 more: a prefill worth charging, and an answer long
 # enough to leave before, inside the engine's 4,096 context.
@@ -31,13 +32,6 @@ LONG = {
 def running(sim) -> int:
     return sim.stats()["running"] + sim.stats()["waiting"]
 
-
-def recorded(request_id: str) -> UsageRecord:
-    def flushed():
-        usage.flush(redis_sync())
-        return UsageRecord.objects.filter(request_id=request_id).first()
-
-    return wait_for(flushed, what="the usage record")
 
 
 def engine_count(sim, body) -> int:

@@ -2,21 +2,12 @@
 
 import pytest
 
-from fairness.accounting import usage
-from fairness.models import UsageRecord
-from fairness.store.redis_clients import redis_sync
 from tests.support.cast import MODEL
 from tests.support.polling import wait_for
+from tests.support.usage_records import recorded
 
 MESSAGES = [{"role": "user", "content": "Say something about fair sharing."}]
 
-
-def recorded(request_id: str) -> UsageRecord:
-    def flushed():
-        usage.flush(redis_sync())
-        return UsageRecord.objects.filter(request_id=request_id).first()
-
-    return wait_for(flushed, timeout=10, what=f"usage of {request_id}")
 
 
 def test_chat_completion_answers_and_is_counted(cast, openai_for):
