@@ -20,6 +20,8 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.processes import LOG_DIR, start_gateway
 
 MODEL_DIR = Path(os.environ.get("ENGINE_MODEL", REPO_ROOT / "var" / "tiny-model"))
+# The same tiny model served as an embedding model: vLLM's pooling runner, converting the decoder.
+EMBEDDING_MODEL_NAME = "tiny-embed"
 
 
 TIMINGS: dict[str, float] = {}
@@ -29,9 +31,10 @@ def pytest_terminal_summary(terminalreporter):
     if "startup" in TIMINGS:
         tier = TIMINGS.get("last_test", time.monotonic()) - TIMINGS["began"]
         terminalreporter.write_line(
-            f"real-engine tier: two vLLM servers ready in {TIMINGS['startup']:.1f} s; "
+            f"real-engine tier: three vLLM servers ready in {TIMINGS['startup']:.1f} s; "
             f"from their start to the tier's last test {tier:.1f} s"
         )
+
 
 
 def pytest_runtest_logfinish(nodeid, location):
@@ -58,8 +61,11 @@ def _prepare_engine() -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
-    """Two real vLLM servers, one per core: `fcfs` and one using the priority policy."""
+def vllm_servers() -> Iterator[tuple[VLLMServer, VLLMServer, VLLMServer]]:
+    """Three real vLLM servers: `fcfs` and one using the priority policy, one per core, and an
+    embedding server, idle unless a test embeds. They start together: on two slow cores the three
+    were ready in 94 s where the pair alone took 53 s and the embedding server after it 56 more
+    (each start is mostly three processes importing torch)."""
     if os.environ.get("GP_SKIP_ENGINE") == "1":
         print("\nGP_SKIP_ENGINE=1: the real-engine tier is SKIPPED")
         pytest.skip("GP_SKIP_ENGINE=1: real-engine tier skipped on request")
@@ -72,6 +78,9 @@ def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
         VLLMServer(MODEL_DIR, cpus="0", extra_args=eager, log_path=LOG_DIR / "vllm-fcfs.log"),
         VLLMServer(MODEL_DIR, cpus="1", scheduling_policy="priority", extra_args=eager,
                    log_path=LOG_DIR / "vllm-priority.log"),
+        VLLMServer(MODEL_DIR, cpus="1", served_model_name=EMBEDDING_MODEL_NAME, enable_prefix_caching=False,
+                   extra_args=[*eager, "--runner", "pooling", "--convert", "embed"],
+                   log_path=LOG_DIR / "vllm-embed.log"),
     )
     started = TIMINGS["began"] = time.monotonic()
     start_all(list(servers))
@@ -79,6 +88,18 @@ def vllm_pair() -> Iterator[tuple[VLLMServer, VLLMServer]]:
     yield servers
     stop_all(servers)
     TIMINGS["ended"] = time.monotonic()
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(vllm_servers) -> tuple[VLLMServer, VLLMServer]:
+    """The two chat servers: `fcfs` and priority."""
+    return vllm_servers[0], vllm_servers[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_embedder(vllm_servers) -> VLLMServer:
+    """The tiny model served as an embedding model (vLLM's pooling runner)."""
+    return vllm_servers[2]
 
 
 @pytest.fixture
