@@ -23,7 +23,9 @@ ever sent twice ("front end×1 new tokens": Open WebUI's iat is in whole seconds
 its tokens repeat one sent within the same second) and, with --baseline, before×1 with the plain
 key (an earlier tree knows no front ends). Each arm's added latency is its
 p50 / p99 less direct's, per round (the arms' order rotated every round); the figures are medians
-of the rounds, beside before×1's.
+of the rounds, beside before×1's. Right after each round's chats, the same client sends
+/v1/embeddings in turn to an --instant embedding enginesim and through gateway×1: embeddings' added
+latency, and its excess over chat's in the same round (target: at most 0.1 ms, one path for both).
 Phases: non-streaming chats (16 tokens) at concurrency 1, 16, 64; streamed chats of 256 chunks at
 concurrency 1 and 16 (enginesim --instant writes a whole stream at once, so any gap between
 chunks at the client is the proxy's doing); "paced" streams from a timed enginesim (about 10 ms
@@ -54,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -77,6 +80,7 @@ from enginesim.process import EngineSimProcess, pick_free_port, start_enginesim
 
 PATH = "/v1/chat/completions"
 MODEL, TIMED_MODEL = "sim", "timed"
+EMBEDDINGS_PATH, EMBEDDING_MODEL = "/v1/embeddings", "embed"
 BENCH_KEYS = ("bench0", "bench1", "bench2", "bench3")
 LIMITED_KEYS = ("limited0", "limited1", "limited2", "limited3")
 NEVER = 2_000_000_000  # a limit the run never reaches
@@ -171,6 +175,7 @@ class Bench:
     bench_secrets: tuple[str, ...]
     front_end_secret: str
     redis: Any = None  # a client of the portal's Redis, for its commandstats
+    embedder: EngineSimProcess | None = None  # an --instant embedding model, for the paired embeddings
     flagged: list[str] = dataclasses.field(default_factory=list)  # windows whose proxy lacked a core
 
     def system(self, name: str) -> System:
@@ -270,17 +275,33 @@ class Bench:
         result: PhaseResult = self.window(self.system("gateway×1"), [spec], t0, t0 + seconds)["results"][0]
         return overhead_report.paired_summary(result, [a.name for a in arms])
 
+    def paired_embeddings(self, seconds: float) -> dict[str, Any]:
+        """The same at c=1 for /v1/embeddings: straight to the embedding engine and through gateway×1,
+        in turn."""
+        assert self.embedder is not None
+        t0 = time.perf_counter() + self.cfg.warmup + 0.1
+        ours = self.system("gateway×1")
+        spec = PhaseSpec(urls=(self.embedder.url, ours.urls[0]), path=EMBEDDINGS_PATH, bodies=_embedding_bodies(),
+                         secrets=(), concurrency=1, measure_from=t0, measure_until=t0 + seconds,
+                         url_secrets=("", self.bench_secrets[0]))
+        result: PhaseResult = self.window(ours, [spec], t0, t0 + seconds)["results"][0]
+        return overhead_report.paired_summary(result, ["direct", "gateway×1"])
+
     def paired_rounds(self, seconds: float) -> dict[str, Any]:
         arms = self.paired_arms()
         self.paired(arms, 1.0)  # the front end's person is added on its first request: not measured
-        rounds = []
+        rounds, embeddings = [], []
         for r in range(self.cfg.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
             rounds.append(self.paired(order, seconds))
+            embeddings.append(self.paired_embeddings(seconds / 2))
+            embedded = embeddings[-1]["systems"]["gateway×1"].get("added_p50_ms")
             print(f"  paired round {r + 1}: " + ", ".join(
                 f"{name} +{report.fmt(row.get('added_p50_ms'))} ms" for name, row in rounds[-1]["systems"].items()
-                if name != "direct"), flush=True)
-        return overhead_report.paired_rounds(rounds, [a.name for a in arms])
+                if name != "direct") + f"; embeddings +{report.fmt(embedded)} ms", flush=True)
+        paired = overhead_report.paired_rounds(rounds, [a.name for a in arms])
+        paired["embeddings"] = overhead_report.paired_embeddings(embeddings, rounds)
+        return paired
 
     def warm(self) -> None:
         bodies = _bodies(MODEL, 16, False)
@@ -362,6 +383,12 @@ def _bodies(model: str, max_tokens: int, stream: bool) -> tuple[bytes, ...]:
     return tuple(chat_body(model, n, max_tokens, stream) for n in range(64))
 
 
+def _embedding_bodies() -> tuple[bytes, ...]:
+    """One short passage each, as long as the chat bodies' message."""
+    return tuple(json.dumps({"model": EMBEDDING_MODEL, "input": f"Passage {n}: something about overheads."}).encode()
+                 for n in range(64))
+
+
 def _sleep_until(t: float) -> None:
     delay = t - time.perf_counter()
     if delay > 0:
@@ -380,10 +407,14 @@ def setup(cfg: Config, litellm: Path, smg: Path, baseline: Path | None) -> Itera
         ))
         timed = stack.enter_context(start_enginesim(model=TIMED_MODEL, max_num_seqs=64,
                                                     extra_args=["--speed", "1"]))
+        embedder = stack.enter_context(start_enginesim(model=EMBEDDING_MODEL, max_num_seqs=1024,
+                                                       extra_args=["--runner", "pooling", "--instant"]))
         from fairness.models import Replica
 
         Replica.objects.create(name="timed-0", base_url=timed.url, model=TIMED_MODEL,
                                max_num_seqs=64)  # bumps the config epoch: gateways reload
+        Replica.objects.create(name="embed-0", base_url=embedder.url, model=EMBEDDING_MODEL, max_num_seqs=1024,
+                               model_kind=Replica.ModelKind.EMBEDDING)
         from fairness.models import ApiKey, Budget
 
         front_end.make_front_end(p.members[FRONT_END_KEY].key_id)
@@ -439,14 +470,14 @@ def setup(cfg: Config, litellm: Path, smg: Path, baseline: Path | None) -> Itera
             # Redis is part of our gateway's work (and LiteLLM's): it shares the proxies' core.
             proxies = {pid for system in systems if system.kind != "direct" for pid in system.pids}
             proxies |= {redis_pid} if redis_pid else set()
-            rest = [engine.pid, timed.pid, *gens.pids, os.getpid()]
+            rest = [engine.pid, timed.pid, embedder.pid, *gens.pids, os.getpid()]
             print(f"pinned: proxies and Redis to core 1 ({pin(proxies, {1})} threads), the engines, "
                   f"the load and this process to core 0 ({pin(rest, {0})} threads)", flush=True)
         import redis
 
         client = stack.enter_context(redis.Redis.from_url(p.redis_url))
         yield Bench(cfg, gens, systems, engine, timed, redis_pid, secrets[CAPPED_KEY], bench_secrets,
-                    secrets[FRONT_END_KEY], client)
+                    secrets[FRONT_END_KEY], client, embedder=embedder)
 
 
 def _commit(tree: Path = ROOT) -> str:

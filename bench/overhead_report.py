@@ -161,6 +161,22 @@ def paired_rounds(rounds: Sequence[dict[str, Any]], names: Sequence[str]) -> dic
     return {"arms": arms, "direct_ms": direct, "rounds": list(rounds)}
 
 
+def paired_embeddings(rounds: Sequence[dict[str, Any]], chats: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """gateway×1's added latency on /v1/embeddings, and over chat's in the same round (the
+    embeddings window runs right after the chat one): medians of the rounds."""
+    def added(round_: dict[str, Any], q: str) -> float | None:
+        return round_["systems"]["gateway×1"].get(f"added_{q}_ms")  # type: ignore[no-any-return]
+
+    return {
+        "added_p50_ms": _median([added(r, "p50") for r in rounds]),
+        "added_p99_ms": _median([added(r, "p99") for r in rounds]),
+        "p50_over_chat_ms": _median([_difference(added(e, "p50"), added(c, "p50"))
+                                     for e, c in zip(rounds, chats, strict=True)]),
+        "n": sum(r["systems"]["gateway×1"]["n"] for r in rounds),
+        "rounds": list(rounds),
+    }
+
+
 def calibration(out: dict[str, Any], processes: int) -> dict[str, Any]:
     res: PhaseResult = out["result"]
     cores = out["cpu"].get("loadgen", 0.0) / out["seconds"]
@@ -219,6 +235,19 @@ def _get(results: dict[str, Any], section: str, c: int, system: str) -> dict[str
 
 def _difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
+
+
+def _embeddings_target(results: dict[str, Any]) -> list[Target]:
+    """/v1/embeddings costs no more than a chat on the way through: one path for both."""
+    embeddings = results.get("paired", {}).get("embeddings")
+    if not embeddings:
+        return []
+    chat = results.get("paired", {}).get("arms", {}).get("gateway×1", {})
+    return [target(
+        "embeddings: added latency p50, c=1, over chat's (gateway×1, the same rounds)",
+        embeddings.get("p50_over_chat_ms"), "<=", 0.1, " ms",
+        f"embeddings +{fmt(embeddings.get('added_p50_ms'))} ms (p99 +{fmt(embeddings.get('added_p99_ms'))}), "
+        f"chat +{fmt(chat.get('added_p50_ms'))} ms; median of rounds")]
 
 
 def _baseline_targets(results: dict[str, Any]) -> list[Target]:
@@ -330,6 +359,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
         target("budget + rate limits + model list: added latency p50, c=1 (limits×1 − gateway×1)",
                _difference(limits1.get("latency_ms", {}).get("p50"), ours1.get("latency_ms", {}).get("p50")),
                "<=", 0.1, " ms", f"gateway×1 p50 {fmt(ours1.get('latency_ms', {}).get('p50'))} ms"),
+        *_embeddings_target(results),
         *_baseline_targets(results),
         *_cpu_since_baseline(results),
         *_peer_targets(results),
