@@ -132,6 +132,11 @@ def tokenize_body(endpoint: str, payload: dict[str, Any]) -> dict[str, Any] | No
     """The /tokenize request that counts this request's prompt as the engine counted it, or None
     when the prompt is not one /tokenize takes."""
     model = payload.get("model")
+    if endpoint == request_parsing.EMBEDDINGS:
+        text = payload.get("input")
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        return {"model": model, "prompt": text} if isinstance(text, str) else None  # several: estimated
     if endpoint == request_parsing.CHAT:
         messages = payload.get("messages")
         if not isinstance(messages, list):
@@ -147,12 +152,21 @@ def tokenize_body(endpoint: str, payload: dict[str, Any]) -> dict[str, Any] | No
     return {"model": model, "prompt": prompt} if isinstance(prompt, str) else None
 
 
-def _token_ids(payload: dict[str, Any]) -> int | None:
-    """A completions prompt given as token ids counts itself."""
+def _token_ids(endpoint: str, payload: dict[str, Any]) -> int | None:
+    """A prompt given as token ids counts itself: a completions prompt, or embeddings' inputs."""
+    if endpoint == request_parsing.EMBEDDINGS:
+        inputs = payload.get("input")
+        if isinstance(inputs, list) and inputs and _ids(inputs):
+            return len(inputs)
+        if isinstance(inputs, list) and inputs and all(isinstance(i, list) and _ids(i) for i in inputs):
+            return sum(len(i) for i in inputs)
+        return None
     prompt = payload.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-        return len(prompt)
-    return None
+    return len(prompt) if isinstance(prompt, list) and _ids(prompt) else None
+
+
+def _ids(items: list[Any]) -> bool:
+    return bool(items) and all(isinstance(i, int) and not isinstance(i, bool) for i in items)
 
 
 async def count_prompt(
@@ -164,7 +178,7 @@ async def count_prompt(
     timeout: float = TOKENIZE_TIMEOUT_SECONDS,
 ) -> tuple[int, PromptSource]:
     """The prompt tokens the replica prefilled for this request, and where the count came from."""
-    ids = _token_ids(payload)
+    ids = _token_ids(endpoint, payload)
     if ids is not None:
         return ids, "prompt_ids"
     body = tokenize_body(endpoint, payload)

@@ -3,6 +3,7 @@ the tokens relayed before it left, through the same books as a finished request.
 
 import asyncio
 import contextlib
+import dataclasses
 
 import httpx
 import pytest
@@ -14,7 +15,7 @@ from fairness.scheduling.directory import ReplicaInfo
 from fairness.store.redis_clients import redis_sync
 from fairness.telemetry import budget_status
 from tests.support.accounts import live_usage
-from tests.support.cast import MODEL
+from tests.support.cast import EMBEDDING_MODEL, MODEL
 from tests.support.polling import wait_for
 from tests.support.usage_records import recorded
 
@@ -126,3 +127,20 @@ def test_without_an_engine_count_the_prompt_is_estimated_at_the_measured_ratio()
 def test_a_prompt_of_token_ids_counts_itself():
     counted = asyncio.run(abandoned_work.count_prompt(UNREACHABLE, "completions", {"prompt": [5, 6, 7]}, 40))
     assert counted == (3, "prompt_ids")
+
+
+def test_embedding_inputs_of_token_ids_count_themselves():
+    def counted(inputs) -> tuple[int, str]:
+        return asyncio.run(abandoned_work.count_prompt(UNREACHABLE, "embeddings", {"input": inputs}, 40))
+
+    assert counted([5, 6, 7]) == (3, "prompt_ids")
+    assert counted([[5, 6], [7]]) == (3, "prompt_ids")
+    assert counted(["several", "texts"])[1] == "estimate"  # one /tokenize call each would be too many
+
+
+def test_an_embedding_of_one_text_is_counted_by_its_engine(embedding_sim):
+    replica = dataclasses.replace(UNREACHABLE, base_url=embedding_sim.url, model=EMBEDDING_MODEL)
+    for inputs in ("twelve bytes", ["twelve bytes"]):
+        counted = asyncio.run(abandoned_work.count_prompt(replica, "embeddings", {"model": EMBEDDING_MODEL,
+                                                                               "input": inputs}, 40))
+        assert counted == (3, "tokenize")  # enginesim: four bytes a token
