@@ -259,7 +259,9 @@ class ReplyWriter:
         if self.request.chat:
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                # vLLM 0.32's message: its unset fields null, and no tool_calls when there are none.
+                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
+                            "audio": None, "function_call": None, "reasoning": None},
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
