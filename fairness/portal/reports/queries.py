@@ -241,10 +241,13 @@ def replicas_down(readings: dict[str, dict[str, Any]]) -> list[DownReplica]:
     down = []
     for replica, verdict in zip(enabled, verdicts, strict=True):
         reading = readings.get(replica.name)
+        why = []
         if verdict in (b"down", "down"):
-            down.append(DownReplica(replica, "the gateways route around it: it failed its health checks"))
-        elif reading is not None and not reading["healthy"]:
-            down.append(DownReplica(replica, f"its last poll failed: {reading['error'] or 'no answer'}"))
+            why.append("the gateways route around it: it failed its health checks")
+        if reading is not None and not reading["healthy"]:
+            why.append(f"its last poll failed: {reading['error'] or 'no answer'}")
+        if why:
+            down.append(DownReplica(replica, "; ".join(why)))
     return down
 
 
