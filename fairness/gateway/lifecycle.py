@@ -50,10 +50,15 @@ def request_estimate(request: ProxyRequest, body_bytes: int) -> float:
     )
 
 
-def completion_ask(request: ProxyRequest, body_bytes: int, context_tokens: int | None = None) -> CompletionAsk:
+def completion_ask(
+    request: ProxyRequest, body_bytes: int, context_tokens: int | None = None
+) -> CompletionAsk | None:
     """What a budgeted request asks of its budgets: the engine's own limit for it, or, when it
     runs to the end of the context, what the context leaves after its prompt (`context_tokens`:
-    the one its replicas state, context_lengths.py; GP_MODEL_CONTEXT_TOKENS when none is given)."""
+    the one its replicas state, context_lengths.py; GP_MODEL_CONTEXT_TOKENS when none is given).
+    None when it completes nothing (an embedding): its budgets reserve its prompt alone."""
+    if request.endpoint == request_parsing.EMBEDDINGS:
+        return None
     prompt = prompt_estimate(body_bytes)
     stated = request_parsing.completion_limit(request)
     least = settings.GP_BUDGET_MIN_COMPLETION_TOKENS

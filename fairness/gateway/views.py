@@ -162,9 +162,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         await lifecycle.admit(demand_of(
             key, group, _preference(replicas, parsed, request.headers),
             estimate=request_estimate(parsed, len(body)),
-            # No budgets, or nothing to complete (embeddings): no work. The context: its replicas' smallest.
             completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
-            if key.budget_rules and parsed.endpoint != request_parsing.EMBEDDINGS else None,
+            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
             redoable=not parsed.stream,
         ))
         return await _redone_while_revoked(lifecycle, answer)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fairness.gateway.lifecycle import completion_ask, request_estimate
-from fairness.gateway.request_parsing import CHAT, COMPLETIONS, completion_limit, parse, upstream_body
+from fairness.gateway.request_parsing import CHAT, COMPLETIONS, EMBEDDINGS, completion_limit, parse, upstream_body
 
 CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 PROMPT_BODY = {"model": "m", "prompt": "hi"}
@@ -52,3 +52,10 @@ def test_the_budgets_limit_is_written_where_the_engine_reads_it(endpoint, fields
     body = json.loads(upstream_body(parse(raw, endpoint), raw, None, max_completion=300))
     assert {k: body.get(k) for k in sent} == sent
     assert {k for k in ("max_tokens", "max_completion_tokens") if k in body} == set(sent)
+
+
+def test_an_embedding_asks_its_budgets_for_its_prompt_alone():
+    raw = json.dumps({"model": "m", "input": ["one passage", "another"]}).encode()
+    embedding = parse(raw, EMBEDDINGS)
+    assert completion_ask(embedding, len(raw)) is None
+    assert request_estimate(embedding, len(raw)) == len(raw) // 4
