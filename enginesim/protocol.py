@@ -128,7 +128,11 @@ def request_object(body: bytes, config: SimConfig) -> dict[str, Any]:
 
 def parse_request(body: bytes, chat: bool, config: SimConfig) -> CompletionRequest:
     """Validate a completions body the way vLLM does; raises ApiError."""
-    data = request_object(body, config)
+    return request_from(request_object(body, config), chat, config)
+
+
+def request_from(data: dict[str, Any], chat: bool, config: SimConfig) -> CompletionRequest:
+    """A completions request from its parsed body (see parse_request); raises ApiError."""
     units = _prompt_units(data, chat)
     prompt_tokens = count_tokens(units)
     limit = config.max_model_len

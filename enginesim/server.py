@@ -25,9 +25,13 @@ from .config import SimConfig
 from .embeddings import embedding_body, parse_embedding
 from .engine import Engine, Sequence, State
 from .instant import InstantEngine
+from .messages import MessagesWriter, parse_messages
+from .messages import error_body as messages_error_body
 from .metrics import build_registry, render
 from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request, tokenize
 from .tokens import block_hashes
+
+Writer = ReplyWriter | MessagesWriter
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -87,7 +91,8 @@ class EngineSimApp:
         # As vLLM: a pooling model's server has no generation routes, a generating one no pooling ones.
         served: dict[tuple[str, str], Handler] = (
             {("POST", "/v1/embeddings"): self._embeddings} if config.runner == "pooling" else
-            {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions}
+            {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions,
+             ("POST", "/v1/messages"): self._messages}
         )
         self._routes: dict[tuple[str, str], Handler] = {
             **served,
@@ -303,7 +308,23 @@ class EngineSimApp:
         else:
             await self._timed(self.engine, request, writer, receive, send)
 
-    async def _instant(self, request: CompletionRequest, writer: ReplyWriter, send: Send) -> None:
+    async def _messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Anthropic's Messages API: a chat underneath, said in Anthropic's shapes."""
+        body = await read_body(receive)
+        if await self._faulted(body, receive, send):
+            return
+        try:
+            request = parse_messages(body, self.config)
+        except ApiError as error:
+            await respond(send, error.status, messages_error_body(error))
+            return
+        writer = MessagesWriter(request, self.config.model, self.config.enable_prompt_tokens_details)
+        if isinstance(self.engine, InstantEngine):
+            await self._instant(request, writer, send)
+        else:
+            await self._timed(self.engine, request, writer, receive, send)
+
+    async def _instant(self, request: CompletionRequest, writer: Writer, send: Send) -> None:
         engine = self.engine
         assert isinstance(engine, InstantEngine)
         # Always max_tokens: a benchmark wants every reply the same size.
@@ -321,7 +342,7 @@ class EngineSimApp:
         finally:
             engine.leave(request.prompt_tokens, n, reason)
 
-    async def _timed(self, engine: Engine, request: CompletionRequest, writer: ReplyWriter,
+    async def _timed(self, engine: Engine, request: CompletionRequest, writer: Writer,
                      receive: Receive, send: Send) -> None:
         seq = Sequence(
             prompt_len=request.prompt_tokens,
@@ -353,7 +374,7 @@ class EngineSimApp:
             entry["ended"] = time.monotonic()
             entry["outcome"] = seq.finish_reason
 
-    async def _stream(self, seq: Sequence, writer: ReplyWriter, send: Send) -> None:
+    async def _stream(self, seq: Sequence, writer: Writer, send: Send) -> None:
         # Headers go out at once, as vLLM's streaming response does, before any token.
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
         seen = 0
