@@ -36,7 +36,7 @@ import redis.exceptions
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 
-from fairness.gateway import views
+from fairness.gateway import anthropic_shape, views
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.http_server import vouch_for
@@ -64,6 +64,7 @@ ROUTES: dict[str, View] = {
     "/v1/chat/completions": views.chat_completions,
     "/v1/completions": views.completions,
     "/v1/embeddings": views.embeddings,
+    "/v1/messages": views.messages,
     "/v1/models": views.models,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
@@ -74,15 +75,15 @@ PREFIX_ROUTES: dict[str, View] = {
 
 # What a front end's key may call, for the person a request names; listing models names nobody
 # (Open WebUI lists them at start, with no user).
-FRONT_END_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+FRONT_END_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"})
 
 
 async def _spoken_for(runtime: GatewayRuntime, key: KeyInfo, path: str, headers: dict[str, str]) -> KeyInfo:
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return key
     if path not in FRONT_END_ROUTES:
-        raise ApiError(403, "A front end's key serves chats, completions and embeddings for the people it names; "
-                       "files and batches need a key of one's own.", "front_end_route")
+        raise ApiError(403, "A front end's key serves chats, completions, messages and embeddings for the people "
+                       "it names; files and batches need a key of one's own.", "front_end_route")
     return await runtime.people.speak_for(key, headers)
 
 
@@ -205,10 +206,10 @@ class GatewayApp:
                 raise ApiError(404, f"Unknown endpoint {scope['path']}.", "unknown_url")
             request = await self._read_request(scope, receive, request_id)
         except BodyTimedOut:
-            await _send_response(_body_timed_out(), send, request_id)
+            await _send_response(_said_for(scope["path"], _body_timed_out()), send, request_id)
             return
         except Exception as exc:
-            await _send_response(_failure(exc, request_id), send, request_id)
+            await _send_response(_said_for(scope["path"], _failure(exc, request_id)), send, request_id)
             return
         if request is None:
             return  # gone before we could answer
@@ -278,7 +279,7 @@ class GatewayApp:
         }
         runtime = self._runtime()
         directory = await runtime.refresh()  # a changed config epoch clears the key cache first
-        key = await runtime.keys.authenticate(headers.get("authorization"))
+        key = await runtime.keys.authenticate(_authorization(headers))
         vouch_for(scope)  # a flood of connections that send nothing no longer closes this one
         if key.front_end is not None:
             key = await _spoken_for(runtime, key, scope["path"], headers)
@@ -304,18 +305,20 @@ class GatewayApp:
                 503, "The gateway is shutting down; try again.", "shutting_down", retry_after=1
             )
             if not tracked.started:
-                await _send_response(error.response(), send, request.request_id)
+                await _send_response(_said_for(request.path, error.response()), send, request.request_id)
             elif tracked.streaming:
-                await send({"type": "http.response.body", "body": error.sse_event()})
+                anthropic = anthropic_shape.speaks_anthropic(request.path)
+                event = anthropic_shape.sse_event(error) if anthropic else error.sse_event()
+                await send({"type": "http.response.body", "body": event})
 
     async def _respond(
         self, view: Callable[[AnyRequest, GatewayRuntime], Awaitable[HttpResponseBase]], request: AnyRequest
     ) -> HttpResponseBase:
-        """The view's answer; every failure becomes an OpenAI-shaped error."""
+        """The view's answer; every failure becomes an error in the route's shape."""
         try:
-            return await view(request, self._runtime())
+            return _said_for(request.path, await view(request, self._runtime()))
         except Exception as exc:
-            return _failure(exc, request.request_id)
+            return _said_for(request.path, _failure(exc, request.request_id))
 
 
 class StoreFailureLog:
@@ -339,6 +342,19 @@ class StoreFailureLog:
 
 
 _STORE_FAILURES = StoreFailureLog()
+
+
+def _authorization(headers: dict[str, str]) -> str | None:
+    """The Authorization header, or the key Anthropic's clients send in x-api-key instead."""
+    authorization = headers.get("authorization")
+    if authorization is None and "x-api-key" in headers:
+        return "Bearer " + headers["x-api-key"].strip()
+    return authorization
+
+
+def _said_for(path: str, response: HttpResponseBase) -> HttpResponseBase:
+    """An error in the shape the route's clients read: Anthropic's on the Messages route."""
+    return anthropic_shape.reshaped(response) if anthropic_shape.speaks_anthropic(path) else response
 
 
 def _failure(exc: Exception, request_id: str) -> HttpResponse:

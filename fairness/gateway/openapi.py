@@ -172,6 +172,40 @@ PATHS: dict[str, Any] = {
             **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
         },
     }},
+    "/v1/messages": {"post": {
+        "tags": [TAG], "operationId": "v1_messages", "summary": "Create a message (Anthropic's Messages API)",
+        "description": "Anthropic's Messages API as vLLM serves it for a chat model: queued fairly by the key's "
+                       "tier like a chat, charged its prompt and output tokens. The key may come in `x-api-key`. "
+                       "Errors on this route are in Anthropic's shape: {\"type\": \"error\", \"error\": "
+                       "{\"type\", \"message\"}}.",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["model", "messages", "max_tokens"],
+            "properties": {
+                "model": {"type": "string"},
+                "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "system": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                "stream": {"type": ["boolean", "null"]},
+                "temperature": {"type": ["number", "null"]},
+                "top_p": {"type": ["number", "null"]},
+                "top_k": {"type": ["integer", "null"]},
+            },
+        }}}},
+        "responses": {
+            "200": {"description": "The engine's message: JSON, or Anthropic's named server-sent events when "
+                                   "`stream` is true.",
+                    "content": {"application/json": {"schema": {"type": "object"}},
+                                "text/event-stream": {"schema": {"type": "string"}}}},
+            **{status: {"description": answer["description"], "content": {"application/json": {"schema": {
+                "type": "object", "required": ["type", "error"],
+                "properties": {"type": {"type": "string", "enum": ["error"]},
+                               "error": {"type": "object", "required": ["type", "message"],
+                                         "properties": {"type": {"type": "string"},
+                                                        "message": {"type": "string"}}}},
+            }}}} for status, answer in _errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504).items()},
+        },
+    }},
     "/v1/models": {"get": {
         "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models the key may use",
         "security": _SECURED,

@@ -21,6 +21,7 @@ from fairness.gateway.errors import ApiError
 CHAT = "chat"
 COMPLETIONS = "completions"
 EMBEDDINGS = "embeddings"
+MESSAGES = "messages"  # Anthropic's Messages API, as vLLM serves it
 # OpenAI's limit on the inputs of one embeddings request.
 MOST_EMBEDDING_INPUTS = 2048
 
@@ -46,6 +47,8 @@ def completion_limit(request: ProxyRequest) -> int | None:
     payload = request.payload
     if request.endpoint == EMBEDDINGS:
         return 0  # an embedding is the prompt's prefill only
+    if request.endpoint == MESSAGES:
+        return payload["max_tokens"]  # type: ignore[no-any-return]  # required there, checked
     if request.endpoint == CHAT:
         stated = payload.get("max_completion_tokens")
         return stated if stated is not None else payload.get("max_tokens")
@@ -90,6 +93,8 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         stream = False
     if not isinstance(stream, bool):
         raise _invalid("'stream' must be a boolean.", "stream")
+    if endpoint == MESSAGES:
+        return _messages(payload, model, stream)
 
     if endpoint == CHAT:
         messages = payload.get("messages")
@@ -165,6 +170,32 @@ def _embeddings(payload: dict[str, Any], model: str) -> ProxyRequest:
     if payload.get("stream"):
         raise _invalid("Embeddings are not streamed: leave out 'stream'.", "stream", "unsupported_value")
     return ProxyRequest(payload=payload, model=model, stream=False, wants_usage=False, endpoint=EMBEDDINGS)
+
+
+def _messages(payload: dict[str, Any], model: str, stream: bool) -> ProxyRequest:
+    """An Anthropic Messages request: `messages` and `max_tokens` are required there (the limit
+    is what budgets reserve), `system` is a string or content blocks. Its streams always carry
+    their usage (in `message_delta`), so nothing is asked for or dropped."""
+    messages = payload.get("messages")
+    if messages is None:
+        raise _invalid("messages: Field required", "messages", "missing_required_parameter")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise _invalid("messages: must be a non-empty array of message objects.", "messages")
+    limit = payload.get("max_tokens")
+    if limit is None:
+        raise _invalid("max_tokens: Field required", "max_tokens", "missing_required_parameter")
+    if not _is_int(limit) or limit < 1:
+        raise _invalid("max_tokens: must be a positive integer.", "max_tokens")
+    system = payload.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise _invalid("system: must be a string or an array of content blocks.", "system")
+    for name in ("temperature", "top_p"):
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise _invalid(f"{name}: must be a number, not {_json_type(value)}.", name)
+    if payload.get("top_k") is not None and not _is_int(payload["top_k"]):
+        raise _invalid("top_k: must be an integer.", "top_k")
+    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=True, endpoint=MESSAGES)
 
 
 # The common sampling parameters, checked for their type only (null means the default): a
@@ -288,6 +319,8 @@ def upstream_body(
 def _with_limit(payload: dict[str, Any], endpoint: str, limit: int) -> dict[str, Any]:
     """The field the engine obeys set to `limit`, and the other one no higher (an engine that
     reads it instead stops in time too)."""
+    if endpoint == MESSAGES:
+        return {**payload, "max_tokens": limit}  # the only limit there is
     obeyed, other = "max_completion_tokens", "max_tokens"
     if endpoint != CHAT:
         obeyed, other = other, obeyed

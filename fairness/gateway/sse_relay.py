@@ -37,14 +37,27 @@ class StreamTally:
     def take_usage(self, usage: Any) -> None:
         """The engine's counts, as far as they are counts: an engine is not trusted to send
         whole numbers, and a negative one would credit budgets and fair share."""
-        if isinstance(usage, dict):
-            self.prompt_tokens = _token_count(usage.get("prompt_tokens"))
-            self.completion_tokens = _token_count(usage.get("completion_tokens"))
-            # vLLM sends the details only with --enable-prompt-tokens-details (else null). No
-            # more of the prompt can be cached than the prompt: the rest would be charged less.
-            details = usage.get("prompt_tokens_details")
-            cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-            self.cached_tokens = min(cached, self.prompt_tokens)
+        if not isinstance(usage, dict):
+            return
+        if "input_tokens" in usage and "prompt_tokens" not in usage:
+            self._take_anthropic_usage(usage)
+            return
+        self.prompt_tokens = _token_count(usage.get("prompt_tokens"))
+        self.completion_tokens = _token_count(usage.get("completion_tokens"))
+        # vLLM sends the details only with --enable-prompt-tokens-details (else null). No
+        # more of the prompt can be cached than the prompt: the rest would be charged less.
+        details = usage.get("prompt_tokens_details")
+        cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        self.cached_tokens = min(cached, self.prompt_tokens)
+
+    def _take_anthropic_usage(self, usage: dict[str, Any]) -> None:
+        """Anthropic's names (the Messages API): its input_tokens leave out the prompt tokens read
+        from or written to the cache, which the engine ran all the same."""
+        cached = _token_count(usage.get("cache_read_input_tokens"))
+        written = _token_count(usage.get("cache_creation_input_tokens"))
+        self.prompt_tokens = min(_token_count(usage.get("input_tokens")) + cached + written, MOST_TOKENS)
+        self.completion_tokens = _token_count(usage.get("output_tokens"))
+        self.cached_tokens = cached
 
 
 def _token_count(value: Any) -> int:
@@ -68,8 +81,10 @@ class Relay:
         strip_usage: bool,
         on_done: Callable[[StreamTally], Awaitable[None]],
         replica_name: str,
+        error_event: Callable[[ApiError], bytes] = ApiError.sse_event,
     ) -> None:
         self.upstream = upstream
+        self.error_event = error_event  # how this stream's clients read an error (route's shape)
         self.strip_usage = strip_usage
         self.on_done = on_done
         self.replica_name = replica_name
@@ -109,7 +124,7 @@ class Relay:
         except httpx.HTTPError:
             self.tally.failed = True
             error = ApiError(502, f"The engine ({self.replica_name}) broke off the stream.", "upstream_stream_broken")
-            yield error.sse_event()
+            yield self.error_event(error)
         finally:
             await asyncio.shield(self.finish())
 
@@ -141,7 +156,8 @@ class Relay:
 
     def _count(self, events: bytes) -> None:
         self.tally.content_events += events.count(b"data:") - events.count(b"data: [DONE]")
-        if b"data: [DONE]" in events:
+        # OpenAI's streams end with [DONE]; Anthropic's with a message_stop event.
+        if b"data: [DONE]" in events or b"event: message_stop" in events:
             self.tally.finished = True
 
     def finish(self) -> asyncio.Future[None]:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from fairness.gateway import engine_client, request_parsing
+from fairness.gateway import anthropic_shape, engine_client, request_parsing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
@@ -67,6 +67,11 @@ async def completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpR
 
 async def embeddings(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
     return await _proxy(request, runtime, request_parsing.EMBEDDINGS)
+
+
+async def messages(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    """Anthropic's Messages API, as vLLM serves it for a chat model (errors in its shape: asgi.py)."""
+    return await _proxy(request, runtime, request_parsing.MESSAGES)
 
 
 async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
@@ -212,8 +217,9 @@ async def _redone_while_revoked(
 
 # What each endpoint needs the model to be run as.
 _KIND_OF_ENDPOINT = {request_parsing.CHAT: CHAT_MODEL, request_parsing.COMPLETIONS: CHAT_MODEL,
-                     request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
-_ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions and /v1/completions", EMBEDDING_MODEL: "/v1/embeddings"}
+                     request_parsing.MESSAGES: CHAT_MODEL, request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
+_ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions, /v1/completions and /v1/messages",
+                   EMBEDDING_MODEL: "/v1/embeddings"}
 
 
 def _check_kind(kind: str | None, parsed: request_parsing.ProxyRequest) -> None:
@@ -315,6 +321,7 @@ def _streaming(
         strip_usage=not parsed.wants_usage,
         on_done=lambda tally: lifecycle.close(200, tally),
         replica_name=replica.name,
+        error_event=anthropic_shape.sse_event if parsed.endpoint == request_parsing.MESSAGES else ApiError.sse_event,
     )
     streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
     streaming["Cache-Control"] = "no-cache"

@@ -31,6 +31,25 @@ def test_the_tally_takes_only_counts(reported, counted):
     assert (tally.prompt_tokens, tally.completion_tokens) == counted
 
 
+# Anthropic's names (the Messages route): its input_tokens leave out what was read from or written
+# to the cache, which the engine still ran, so the prompt charged is their sum.
+ANTHROPIC = [
+    ({"input_tokens": 30, "output_tokens": 7}, (30, 7, 0)),
+    ({"input_tokens": 10, "output_tokens": 7, "cache_read_input_tokens": 20}, (30, 7, 20)),
+    ({"input_tokens": 10, "output_tokens": 7, "cache_read_input_tokens": None, "cache_creation_input_tokens": 5},
+     (15, 7, 0)),
+    ({"input_tokens": -10, "output_tokens": "x", "cache_read_input_tokens": -3}, (0, 0, 0)),
+    ({"input_tokens": 10**30, "output_tokens": 1, "cache_read_input_tokens": 10**30}, (MOST_TOKENS, 1, MOST_TOKENS)),
+]
+
+
+@pytest.mark.parametrize(("reported", "counted"), ANTHROPIC)
+def test_the_tally_reads_anthropics_usage_as_the_prompt_the_engine_ran(reported, counted):
+    tally = StreamTally()
+    tally.take_usage(reported)
+    assert (tally.prompt_tokens, tally.completion_tokens, tally.cached_tokens) == counted
+
+
 def test_answers_with_hostile_counts_reach_their_clients_and_are_recorded_within_bounds(
     live_db_url, redis_url, cast
 ):
