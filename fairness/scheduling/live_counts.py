@@ -49,17 +49,31 @@ def pairs(flat: list[Any]) -> dict[str, str]:
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
+def pinned_group(group: str, replica: str) -> str:
+    """The admission group of the requests that must run on `replica` of `group` (a stored
+    conversation lives in that engine's memory): lua/lib/replicas.lua's pin, "<group> <replica>"."""
+    return f"{group} {replica}"
+
+
+def group_of(group: str) -> str:
+    """The capacity group a pin belongs to (itself for any other group)."""
+    return group.partition(" ")[0]
+
+
 def parse_stats(reply: list[Any], now: float) -> Stats:
     """The stats script's reply as counts per capacity group, tier and key."""
     cap, gq, kq, pq, rcap = (pairs(reply[i]) for i in (0, 2, 4, 7, 8))
     # The in-flight counters keep their zeros (lua/lib/state.lua): a name with nothing in flight is absent here.
     gin, kin, pin, pbin, rin = ({k: v for k, v in pairs(reply[i]).items() if v != "0"} for i in (1, 3, 5, 6, 9))
     oldest = {pool: now - float(at) for pool, at in pairs(reply[10]).items()}
+    named = sorted({*cap, *(group_of(g) for g in (*gin, *gq))})  # a pin's leases and tickets are its group's
     groups: dict[str, GroupStats] = {
-        g: {"capacity": int(cap.get(g, 0)), "in_flight": int(gin.get(g, 0)),
-            "queued": int(gq.get(g, 0))}
-        for g in sorted({*cap, *gin, *gq})
+        g: {"capacity": int(cap.get(g, 0)), "in_flight": 0, "queued": 0} for g in named
     }
+    for g, count in gin.items():
+        groups[group_of(g)]["in_flight"] += int(count)
+    for g, count in gq.items():
+        groups[group_of(g)]["queued"] += int(count)
     tiers: dict[str, TierStats] = {
         p: {"in_flight": int(pin.get(p, 0)), "borrowed": int(pbin.get(p, 0)),
             "queued": int(pq.get(p, 0)), "longest_wait": max(0.0, oldest.get(p, 0.0))}

@@ -38,6 +38,11 @@ redis.call('HSET', NS .. KEY.group_routing, group, ARGV[6])
 redis.call('HSET', NS .. KEY.group_capacity, group, total)
 REPLICAS[group], LOADS[group] = nil, nil
 DIRTY[group] = true
+for _, name in ipairs(names) do  -- a pin's replica and slots are the group's
+  local pin = group .. ' ' .. name
+  REPLICAS[pin], LOADS[pin] = nil, nil
+  if num(redis.call('HGET', NS .. KEY.queued_by_group, pin)) > 0 then DIRTY[pin] = true end
+end
 pump_dirty()
 ask_revocable(group)  -- fewer slots may leave no spare, even with nobody waiting
 return num(redis.call('HGET', NS .. KEY.in_flight_by_group, group))

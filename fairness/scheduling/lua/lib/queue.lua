@@ -170,7 +170,7 @@ local function take(handle, key, pool, group, replica, borrowed, enq, expiry, as
   hcount(KEY.in_flight_by_key, key, 1); hcount(KEY.in_flight_by_pool, pool, 1)
   hcount(KEY.in_flight_by_group, group, 1); hcount(KEY.in_flight_by_replica, replica, 1)
   if borrowed == 1 then hcount(KEY.borrowed_by_pool, pool, 1) end
-  LOADS[group] = nil
+  replica_changed(group, replica, false)
   refresh_key(key); refresh_pool(pool)
   GRANTED[handle] = {borrowed, NOW - enq, replica}
 end
@@ -193,7 +193,7 @@ local function free(handle, moving)
   hcount(KEY.in_flight_by_group, l[3], -1)
   if l[5] then hcount(KEY.in_flight_by_replica, l[5], -1) end
   if l[4] == '1' then hcount(KEY.borrowed_by_pool, l[2], -1) end
-  LOADS[l[3]] = nil
+  if l[5] then replica_changed(l[3], l[5], true) else LOADS[l[3]] = nil end
   DIRTY[l[3]] = true
   if was_capped and not moving then key_cap_opened(l[1]) else refresh_key(l[1]) end
   refresh_pool(l[2])

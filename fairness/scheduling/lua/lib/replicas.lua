@@ -1,11 +1,26 @@
 -- lib/replicas.lua: a group's replicas, their slots and leases, and the replica a new lease runs on.
 
+-- A pinned group, "<group> <replica>": the requests that must run on that one replica of the group
+-- (a stored conversation lives only in its engine's memory). A space, which no group (model) or
+-- replica (slug) name holds, separates the two. Nobody states its capacity: its replica and slots
+-- are its group's, and a lease in either counts on the same replica.
+local function pin_parts(group)
+  return string.match(group, '^(.+) ([^ ]+)$')
+end
+
 local function replicas_of(group)
   local names = REPLICAS[group]
   if not names then
     names = {}
-    for name in string.gmatch(redis.call('HGET', NS .. KEY.group_replicas, group) or '', '[^,]+') do
-      names[#names + 1] = name
+    local main, pinned = pin_parts(group)
+    if pinned then
+      for _, name in ipairs(replicas_of(main)) do
+        if name == pinned then names[1] = name end  -- none once it leaves the group
+      end
+    else
+      for name in string.gmatch(redis.call('HGET', NS .. KEY.group_replicas, group) or '', '[^,]+') do
+        names[#names + 1] = name
+      end
     end
     REPLICAS[group] = names
   end
@@ -30,13 +45,26 @@ local function replica_load(group)
   return load[1], load[2], load[3]
 end
 
+-- A lease of `group` on `replica` was taken or freed: the loads of the group and of that replica's
+-- pin change alike, and a slot freed in one may be the other's to grant.
+local function replica_changed(group, replica, freed)
+  local main = (pin_parts(group)) or group
+  local pin = main .. ' ' .. replica
+  LOADS[main], LOADS[pin] = nil, nil
+  if freed and anyone_waiting() then  -- (read once per call: nothing more while nobody waits)
+    DIRTY[main] = true
+    if num(redis.call('HGET', NS .. KEY.queued_by_group, pin)) > 0 then DIRTY[pin] = true end
+  end
+end
+
 local function free_slots(group)
   local load = LOADS[group]
   local hold = load and load.hold
-  if hold == nil then hold = redis.call('HGET', NS .. KEY.group_hold, group) end
+  local holder = (pin_parts(group)) or group  -- a pin holds while its group does
+  if hold == nil then hold = redis.call('HGET', NS .. KEY.group_hold, holder) end
   if hold then
     if tonumber(hold) > NOW then return 0 end
-    redis.call('HDEL', NS .. KEY.group_hold, group)
+    redis.call('HDEL', NS .. KEY.group_hold, holder)
   end
   local names, slots, busy = replica_load(group)
   LOADS[group].hold = false
