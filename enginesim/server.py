@@ -29,9 +29,10 @@ from .messages import MessagesWriter, parse_messages
 from .messages import error_body as messages_error_body
 from .metrics import build_registry, render
 from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request, tokenize
+from .responses import ResponsesWriter, StoredResponse, not_found, parse_responses
 from .tokens import block_hashes
 
-Writer = ReplyWriter | MessagesWriter
+Writer = ReplyWriter | MessagesWriter | ResponsesWriter
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -88,11 +89,12 @@ class EngineSimApp:
         self._bearer = f"Bearer {config.api_key}".encode() if config.api_key else None
         # Who was in the engine when: the ground truth for tests of the gateway's caps.
         self.request_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
+        self.stored_responses: dict[str, StoredResponse] = {}  # in memory only, as vLLM's
         # As vLLM: a pooling model's server has no generation routes, a generating one no pooling ones.
         served: dict[tuple[str, str], Handler] = (
             {("POST", "/v1/embeddings"): self._embeddings} if config.runner == "pooling" else
             {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions,
-             ("POST", "/v1/messages"): self._messages}
+             ("POST", "/v1/messages"): self._messages, ("POST", "/v1/responses"): self._responses}
         )
         self._routes: dict[tuple[str, str], Handler] = {
             **served,
@@ -131,6 +133,9 @@ class EngineSimApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         handler = self._routes.get((scope["method"], path))
+        if handler is None and scope["method"] == "GET" and path.startswith("/v1/responses/") and (
+                self.config.runner != "pooling"):
+            handler = self._stored_response
         if handler is None:
             known = any(route_path == path for _, route_path in self._routes)
             status, kind = (405, "MethodNotAllowed") if known else (404, "NotFoundError")
@@ -323,6 +328,30 @@ class EngineSimApp:
             await self._instant(request, writer, send)
         else:
             await self._timed(self.engine, request, writer, receive, send)
+
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The Responses API: a chat underneath, stored in this server's memory (as vLLM's)."""
+        body = await read_body(receive)
+        if await self._faulted(body, receive, send):
+            return
+        try:
+            request = parse_responses(body, self.config, self.stored_responses)
+        except ApiError as error:
+            await respond_error(send, error)
+            return
+        writer = ResponsesWriter(request, self.config.model, self.stored_responses)
+        if isinstance(self.engine, InstantEngine):
+            await self._instant(request.completion, writer, send)
+        else:
+            await self._timed(self.engine, request.completion, writer, receive, send)
+
+    async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response_id = scope["path"].removeprefix("/v1/responses/")
+        stored = self.stored_responses.get(response_id)
+        if stored is None:
+            await respond_error(send, not_found(response_id))
+        else:
+            await respond(send, 200, dumps(stored.body))
 
     async def _instant(self, request: CompletionRequest, writer: Writer, send: Send) -> None:
         engine = self.engine
