@@ -415,6 +415,11 @@ if not GP_FAIRSHARE_WEIGHT_CACHED_PROMPT >= 0:  # a negative weight would credit
 # ask the engine its context, and a limit past it would be refused there.
 GP_BUDGET_MIN_COMPLETION_TOKENS = envint("GP_BUDGET_MIN_COMPLETION_TOKENS", 16)
 GP_MODEL_CONTEXT_TOKENS = envint("GP_MODEL_CONTEXT_TOKENS", 4096)
+# How long the gateway remembers which replica stored a Responses API response, and whose it is
+# (gateway/stored_responses.py). The engine itself keeps it in memory until it restarts.
+GP_STORED_RESPONSE_DAYS = envfloat("GP_STORED_RESPONSE_DAYS", 30.0)
+if GP_STORED_RESPONSE_DAYS <= 0:
+    raise ImproperlyConfigured("GP_STORED_RESPONSE_DAYS must be positive.")
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 

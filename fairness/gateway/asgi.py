@@ -65,11 +65,13 @@ ROUTES: dict[str, View] = {
     "/v1/completions": views.completions,
     "/v1/embeddings": views.embeddings,
     "/v1/messages": views.messages,
+    "/v1/responses": views.responses,
     "/v1/models": views.models,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
 PREFIX_ROUTES: dict[str, View] = {
     "/v1/models/": views.model,
+    "/v1/responses/": views.stored_response,
 }
 
 

@@ -172,6 +172,57 @@ PATHS: dict[str, Any] = {
             **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
         },
     }},
+    "/v1/responses": {"post": {
+        "tags": [TAG], "operationId": "v1_responses", "summary": "Create a response (the Responses API)",
+        "description": "OpenAI's Responses API as vLLM serves it for a chat model: queued fairly by the key's tier "
+                       "like a chat, charged its input and output tokens. A turn naming `previous_response_id` "
+                       "runs on the replica that stored that response (404 response_not_found when it is not "
+                       "this person's, or that replica no longer serves; 503 stored_replica_unavailable while it "
+                       "is down). `background` is refused.",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["model", "input"],
+            "properties": {
+                "model": {"type": "string"},
+                "input": {"oneOf": [{"type": "string", "minLength": 1},
+                                    {"type": "array", "minItems": 1, "items": {"type": "object"}}]},
+                "instructions": {"type": ["string", "null"]},
+                "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+                "previous_response_id": {"type": ["string", "null"]},
+                "store": {"type": ["boolean", "null"]},
+                "stream": {"type": ["boolean", "null"]},
+                "background": {"type": ["boolean", "null"], "enum": [False, None]},
+                "temperature": {"type": ["number", "null"]},
+                "top_p": {"type": ["number", "null"]},
+            },
+        }}}},
+        "responses": {**_GENERATION_RESPONSES, **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504)},
+    }},
+    "/v1/responses/{response_id}": {
+        "get": {
+            "tags": [TAG], "operationId": "v1_responses_retrieve", "summary": "A stored response (its maker's only)",
+            "security": _SECURED,
+            "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {
+                "200": {"description": "The response, as the replica that stored it holds it",
+                        "content": {"application/json": {"schema": {"type": "object"}}}},
+                **_errors(401, 404, 405, 502),
+            },
+        },
+        "delete": {
+            "tags": [TAG], "operationId": "v1_responses_delete",
+            "summary": "Forget a stored response (its maker's only); the engine's memory holds it until it restarts",
+            "security": _SECURED,
+            "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {
+                "200": {"description": "Deleted", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["id", "object", "deleted"],
+                    "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["response"]},
+                                   "deleted": {"type": "boolean"}}}}}},
+                **_errors(401, 404, 405),
+            },
+        },
+    },
     "/v1/messages": {"post": {
         "tags": [TAG], "operationId": "v1_messages", "summary": "Create a message (Anthropic's Messages API)",
         "description": "Anthropic's Messages API as vLLM serves it for a chat model: queued fairly by the key's "

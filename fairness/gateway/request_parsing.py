@@ -22,6 +22,7 @@ CHAT = "chat"
 COMPLETIONS = "completions"
 EMBEDDINGS = "embeddings"
 MESSAGES = "messages"  # Anthropic's Messages API, as vLLM serves it
+RESPONSES = "responses"  # OpenAI's Responses API, as vLLM serves it
 # OpenAI's limit on the inputs of one embeddings request.
 MOST_EMBEDDING_INPUTS = 2048
 
@@ -49,6 +50,8 @@ def completion_limit(request: ProxyRequest) -> int | None:
         return 0  # an embedding is the prompt's prefill only
     if request.endpoint == MESSAGES:
         return payload["max_tokens"]  # type: ignore[no-any-return]  # required there, checked
+    if request.endpoint == RESPONSES:
+        return payload.get("max_output_tokens")
     if request.endpoint == CHAT:
         stated = payload.get("max_completion_tokens")
         return stated if stated is not None else payload.get("max_tokens")
@@ -95,6 +98,8 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
         raise _invalid("'stream' must be a boolean.", "stream")
     if endpoint == MESSAGES:
         return _messages(payload, model, stream)
+    if endpoint == RESPONSES:
+        return _responses(payload, model, stream)
 
     if endpoint == CHAT:
         messages = payload.get("messages")
@@ -196,6 +201,38 @@ def _messages(payload: dict[str, Any], model: str, stream: bool) -> ProxyRequest
     if payload.get("top_k") is not None and not _is_int(payload["top_k"]):
         raise _invalid("top_k: must be an integer.", "top_k")
     return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=True, endpoint=MESSAGES)
+
+
+def _responses(payload: dict[str, Any], model: str, stream: bool) -> ProxyRequest:
+    """A Responses API request: `input` a string or a list of input items. `background` is
+    refused: the engine would go on working after the gateway answered and gave its slot back, out
+    of every cap. Its streams carry their usage in `response.completed`: nothing is asked for."""
+    data = payload.get("input")
+    if data is None:
+        raise _invalid("'input' is a required property.", "input", "missing_required_parameter")
+    if not (isinstance(data, str) and data) and not (isinstance(data, list) and data):
+        raise _invalid("'input' must be a non-empty string or array of input items.", "input")
+    if isinstance(data, list) and not all(isinstance(item, dict | str) for item in data):
+        raise _invalid("Each entry of 'input' must be an input item (an object).", "input")
+    limit = payload.get("max_output_tokens")
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        raise _invalid("'max_output_tokens' must be a positive integer.", "max_output_tokens")
+    for name in ("instructions", "previous_response_id", "user"):
+        value = payload.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _invalid(f"'{name}' must be a string, not {_json_type(value)}.", name)
+    for name in ("store", "background"):
+        value = payload.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise _invalid(f"'{name}' must be a boolean.", name)
+    if payload.get("background"):
+        raise _invalid("'background' responses are not run here: the gateway holds a request's slot until it "
+                       "is answered. Leave it out (or stream the response).", "background", "unsupported_value")
+    for name in ("temperature", "top_p"):
+        value = payload.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise _invalid(f"'{name}' must be a number, not {_json_type(value)}.", name)
+    return ProxyRequest(payload=payload, model=model, stream=stream, wants_usage=True, endpoint=RESPONSES)
 
 
 # The common sampling parameters, checked for their type only (null means the default): a
@@ -321,6 +358,8 @@ def _with_limit(payload: dict[str, Any], endpoint: str, limit: int) -> dict[str,
     reads it instead stops in time too)."""
     if endpoint == MESSAGES:
         return {**payload, "max_tokens": limit}  # the only limit there is
+    if endpoint == RESPONSES:
+        return {**payload, "max_output_tokens": limit}
     obeyed, other = "max_completion_tokens", "max_tokens"
     if endpoint != CHAT:
         obeyed, other = other, obeyed

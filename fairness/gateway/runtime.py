@@ -205,6 +205,10 @@ class GatewayRuntime:
                 return  # stated by someone else while this one waited
         await self.sync_capacity()
 
+    def replica_up(self, name: str) -> bool:
+        """False when the replica is known to be down (before the first health look: up)."""
+        return not self._capacity or name in self._up
+
     def has_capacity(self, group: str) -> bool:
         """False when every replica of the deployment is known to be down."""
         return self._capacity.get(group, 1) > 0

@@ -22,6 +22,7 @@ from fairness.gateway.errors import ApiError
 EVENT_END = b"\n\n"
 UNSTARTED_GRACE_SECONDS = 10.0
 MOST_TOKENS = 2**31 - 1  # what the usage records' columns hold
+_STREAM_ENDS = (b"data: [DONE]", b"event: message_stop", b"event: response.completed", b"event: response.incomplete")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class StreamTally:
     first_byte_at: float | None = None
     failed: bool = False
     finished: bool = False  # the engine's [DONE] went through
+    response_id: str | None = None  # a Responses API answer's id (the engine may have stored it)
 
     def take_usage(self, usage: Any) -> None:
         """The engine's counts, as far as they are counts: an engine is not trusted to send
@@ -40,7 +42,7 @@ class StreamTally:
         if not isinstance(usage, dict):
             return
         if "input_tokens" in usage and "prompt_tokens" not in usage:
-            self._take_anthropic_usage(usage)
+            self._take_input_output_usage(usage)
             return
         self.prompt_tokens = _token_count(usage.get("prompt_tokens"))
         self.completion_tokens = _token_count(usage.get("completion_tokens"))
@@ -50,14 +52,17 @@ class StreamTally:
         cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
         self.cached_tokens = min(cached, self.prompt_tokens)
 
-    def _take_anthropic_usage(self, usage: dict[str, Any]) -> None:
-        """Anthropic's names (the Messages API): its input_tokens leave out the prompt tokens read
-        from or written to the cache, which the engine ran all the same."""
-        cached = _token_count(usage.get("cache_read_input_tokens"))
+    def _take_input_output_usage(self, usage: dict[str, Any]) -> None:
+        """The Responses API's and Anthropic's names. Anthropic's input_tokens leave out the prompt
+        tokens read from or written to the cache, which the engine ran all the same; the Responses
+        API's include them, and say the cached ones in input_tokens_details."""
+        read = _token_count(usage.get("cache_read_input_tokens"))
         written = _token_count(usage.get("cache_creation_input_tokens"))
-        self.prompt_tokens = min(_token_count(usage.get("input_tokens")) + cached + written, MOST_TOKENS)
+        self.prompt_tokens = min(_token_count(usage.get("input_tokens")) + read + written, MOST_TOKENS)
         self.completion_tokens = _token_count(usage.get("output_tokens"))
-        self.cached_tokens = cached
+        details = usage.get("input_tokens_details")
+        cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        self.cached_tokens = read or min(cached, self.prompt_tokens)
 
 
 def _token_count(value: Any) -> int:
@@ -82,9 +87,13 @@ class Relay:
         on_done: Callable[[StreamTally], Awaitable[None]],
         replica_name: str,
         error_event: Callable[[ApiError], bytes] = ApiError.sse_event,
+        on_response_id: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.upstream = upstream
         self.error_event = error_event  # how this stream's clients read an error (route's shape)
+        # Told a Responses answer's id once, as soon as the stream names it: before it completes,
+        # so a client's next turn naming it finds where it is stored.
+        self.on_response_id = on_response_id
         self.strip_usage = strip_usage
         self.on_done = on_done
         self.replica_name = replica_name
@@ -117,6 +126,9 @@ class Relay:
                     continue
                 complete, pending = pending[: cut + 2], pending[cut + 2 :]
                 out = self._inspect(complete)
+                if self.on_response_id is not None and self.tally.response_id is not None:
+                    noted, self.on_response_id = self.on_response_id, None
+                    await noted(self.tally.response_id)
                 if out:
                     yield out
             if pending:
@@ -148,7 +160,14 @@ class Relay:
             data = json.loads(event.partition(b"data:")[2])
         except (ValueError, RecursionError):  # an engine's event nested past the parser's depth
             return False
-        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return False
+        usage = data.get("usage")
+        response = data.get("response")
+        if isinstance(response, dict):  # a Responses API event: the response so far, its usage at the end
+            if isinstance(response.get("id"), str):
+                self.tally.response_id = response["id"]
+            usage = response.get("usage")
         if not isinstance(usage, dict):
             return False
         self.tally.take_usage(usage)
@@ -156,8 +175,9 @@ class Relay:
 
     def _count(self, events: bytes) -> None:
         self.tally.content_events += events.count(b"data:") - events.count(b"data: [DONE]")
-        # OpenAI's streams end with [DONE]; Anthropic's with a message_stop event.
-        if b"data: [DONE]" in events or b"event: message_stop" in events:
+        # Chat streams end with [DONE], Anthropic's with message_stop, the Responses API's with
+        # response.completed (or .incomplete, cut at its limit).
+        if any(end in events for end in _STREAM_ENDS):
             self.tally.finished = True
 
     def finish(self) -> asyncio.Future[None]:

@@ -8,17 +8,20 @@ turns into an OpenAI-shaped error: nothing escapes as a 500 page.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
+from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from fairness.gateway import anthropic_shape, engine_client, request_parsing
+from fairness.gateway import anthropic_shape, engine_client, request_parsing, stored_responses
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
@@ -29,6 +32,7 @@ from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
 from fairness.scheduling.admission import Grant
 from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, ReplicaDirectory, ReplicaInfo
+from fairness.scheduling.live_counts import pinned_group
 from fairness.store.cancelling import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,78 @@ async def embeddings(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRe
 async def messages(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
     """Anthropic's Messages API, as vLLM serves it for a chat model (errors in its shape: asgi.py)."""
     return await _proxy(request, runtime, request_parsing.MESSAGES)
+
+
+async def responses(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    """OpenAI's Responses API, as vLLM serves it for a chat model. A turn naming
+    `previous_response_id` runs on the replica that stored that response (stored_responses.py)."""
+    return await _proxy(request, runtime, request_parsing.RESPONSES)
+
+
+async def stored_response(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
+    """GET and DELETE /v1/responses/{id}: a stored response, for the person who made it only.
+    GET asks the replica that stored it; DELETE forgets it here (vLLM has no DELETE: the engine's
+    memory holds it until it restarts, and no request through the gateway reaches it again)."""
+    response_id, _, tail = request.path.removeprefix("/v1/responses/").rstrip("/").partition("/")
+    if tail:
+        raise ApiError(404, f"Unknown endpoint {request.path}.", "unknown_url")
+    if request.method not in ("GET", "DELETE"):
+        raise ApiError(405, "Use GET or DELETE for a stored response.", "method_not_allowed")
+    stored = await stored_responses.find(runtime.redis, response_id, request.key.person_id)
+    if stored is None:
+        raise _no_such_response(response_id, "response_id")
+    if request.method == "DELETE":
+        await stored_responses.forget(runtime.redis, response_id)
+        return HttpResponse(json.dumps({"id": response_id, "object": "response", "deleted": True}),
+                            content_type="application/json")
+    replica = next((r for r in request.directory.all if r.name == stored.replica), None)
+    if replica is None:
+        raise _no_such_response(response_id, "response_id", f" Its replica ({stored.replica}) no longer serves.")
+    status, body = await engine_client.get_capped(
+        replica, "/v1/responses/" + quote(response_id, safe=""), settings.GP_UPSTREAM_READ_TIMEOUT,
+        settings.GP_MAX_ENGINE_RESPONSE_BYTES,
+    )
+    if status == 404:  # the engine restarted since, and lost it
+        raise _no_such_response(response_id, "response_id", f" Its replica ({replica.name}) no longer holds it.")
+    if status != 200:
+        raise ApiError(502, f"The engine ({replica.name}) answered {status}.", "upstream_error")
+    return HttpResponse(body, content_type="application/json")
+
+
+def _no_such_response(response_id: str, param: str, why: str = "") -> ApiError:
+    # The same words whether it never existed or is someone else's: nothing to learn by probing.
+    return ApiError(404, f"Response with id '{response_id[:200]}' not found.{why}", "response_not_found",
+                    param=param)
+
+
+async def _pinned_replica(
+    runtime: GatewayRuntime, request: GatewayRequest, parsed: request_parsing.ProxyRequest,
+    replicas: list[ReplicaInfo],
+) -> ReplicaInfo | None:
+    """The replica a Responses turn must run on: the one that stored its previous response."""
+    previous = parsed.payload.get("previous_response_id")
+    if parsed.endpoint != request_parsing.RESPONSES or previous is None:
+        return None
+    stored = await stored_responses.find(runtime.redis, previous, request.key.person_id)
+    if stored is None:
+        raise _no_such_response(previous, "previous_response_id")
+    replica = next((r for r in replicas if r.name == stored.replica), None)
+    if replica is None:
+        raise _no_such_response(previous, "previous_response_id",
+                                f" It was stored by replica {stored.replica}, which no longer serves "
+                                f"'{parsed.model}' to your tier: start the conversation again without it.")
+    if not runtime.replica_up(replica.name):
+        raise ApiError(503, f"The replica that stored response '{previous}' ({replica.name}) is down; the "
+                       "conversation can go on once it is back.", "stored_replica_unavailable", retry_after=10)
+    return replica
+
+
+async def _remember_response(
+    runtime: GatewayRuntime, response_id: str, *, replica: str, person_id: int, parsed: request_parsing.ProxyRequest
+) -> None:
+    if parsed.payload.get("store") is not False:
+        stored = stored_responses.StoredResponse(replica, person_id, parsed.model)
+        await stored_responses.remember(runtime.redis, response_id, stored, settings.GP_STORED_RESPONSE_DAYS)
 
 
 async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
@@ -134,7 +210,10 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             "(GET /v1/models lists the ones it may use).", "model_not_allowed", param="model",
         )
     group = directory.group(parsed.model, key.tier.name)
-    if not runtime.has_capacity(group):
+    pinned = await _pinned_replica(runtime, request, parsed, replicas)
+    if pinned is not None:
+        group, replicas = pinned_group(group, pinned.name), [pinned]
+    elif not runtime.has_capacity(group):
         raise ApiError(
             503, f"No healthy replica serves '{parsed.model}' right now.", "no_healthy_replica", retry_after=10
         )
@@ -159,9 +238,11 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             error = await _engine_error(response, replica)
             await lifecycle.close(error.status)
             return error.response(headers)
+        remember = functools.partial(_remember_response, runtime, replica=replica.name, person_id=key.person_id,
+                                     parsed=parsed) if parsed.endpoint == request_parsing.RESPONSES else None
         if parsed.stream:
-            return _streaming(response, replica, lifecycle, parsed, headers)
-        return await _whole_response(response, replica, lifecycle, headers)
+            return _streaming(response, replica, lifecycle, parsed, headers, remember)
+        return await _whole_response(response, replica, lifecycle, headers, remember)
 
     try:
         await lifecycle.admit(demand_of(
@@ -217,8 +298,9 @@ async def _redone_while_revoked(
 
 # What each endpoint needs the model to be run as.
 _KIND_OF_ENDPOINT = {request_parsing.CHAT: CHAT_MODEL, request_parsing.COMPLETIONS: CHAT_MODEL,
-                     request_parsing.MESSAGES: CHAT_MODEL, request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
-_ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions, /v1/completions and /v1/messages",
+                     request_parsing.MESSAGES: CHAT_MODEL, request_parsing.RESPONSES: CHAT_MODEL,
+                     request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
+_ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions, /v1/completions, /v1/responses and /v1/messages",
                    EMBEDDING_MODEL: "/v1/embeddings"}
 
 
@@ -315,6 +397,7 @@ async def _newly_known(runtime: GatewayRuntime, name: str) -> ReplicaInfo:
 def _streaming(
     response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle,
     parsed: request_parsing.ProxyRequest, headers: dict[str, str],
+    remember: Callable[[str], Awaitable[None]] | None = None,
 ) -> StreamingHttpResponse:
     relay = Relay(
         response,
@@ -322,6 +405,7 @@ def _streaming(
         on_done=lambda tally: lifecycle.close(200, tally),
         replica_name=replica.name,
         error_event=anthropic_shape.sse_event if parsed.endpoint == request_parsing.MESSAGES else ApiError.sse_event,
+        on_response_id=remember,
     )
     streaming = StreamingHttpResponse(relay, content_type="text/event-stream")
     streaming["Cache-Control"] = "no-cache"
@@ -332,15 +416,21 @@ def _streaming(
 
 
 async def _whole_response(
-    response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle, headers: dict[str, str]
+    response: EngineAnswer, replica: ReplicaInfo, lifecycle: RequestLifecycle, headers: dict[str, str],
+    remember: Callable[[str], Awaitable[None]] | None = None,
 ) -> HttpResponse:
+    """The engine's whole answer, its usage charged; `remember` notes a Responses answer's id
+    before the client has it (so its next turn finds the replica)."""
     raw = await engine_client.read_whole(response, replica)
     try:
-        counts = _parsed(raw).get("usage") or {}
+        answer = _parsed(raw)
+        counts = answer.get("usage") or {}
     except (ValueError, AttributeError, RecursionError):  # nested past the parser's depth
         raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
     tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
     tally.take_usage(counts)
+    if remember is not None and isinstance(answer.get("id"), str):
+        await remember(answer["id"])
     await lifecycle.close(200, tally)
     result = HttpResponse(raw, content_type="application/json")
     for name, value in headers.items():

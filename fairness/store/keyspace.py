@@ -117,6 +117,11 @@ USAGE_OUTBOX_WAITING = PREFIX + ":usage:outbox-waiting"
 # (restarted empty) and usage events it held before the flush task drained them must be pushed again
 STORE_BOOT = PREFIX + ":store-boot"
 
+# -- stored responses (gateway/stored_responses.py) ----------------------------------------------
+# string per Responses API response the engine stored: "replica|person id|model", expiring
+# GP_STORED_RESPONSE_DAYS after its creation. The engine holds the response itself, in its memory.
+STORED_RESPONSE = PREFIX + ":response:"
+
 # -- configuration (store/config_epoch.py) ------------------------------------------------------
 # string: a random value replaced after every committed change to keys, tiers, replicas or users
 CONFIG_EPOCH = PREFIX + ":config-epoch"

@@ -12,7 +12,9 @@ from fairness.gateway import asgi
 def test_the_openapi_document_describes_every_v1_route_with_its_key():
     document = Client().get("/api/openapi.json").json()
     documented = set(document["paths"])
-    routes = set(asgi.ROUTES) | {prefix + "{model}" for prefix in asgi.PREFIX_ROUTES}
+    parameters = {"/v1/models/": "{model}", "/v1/responses/": "{response_id}"}
+    assert set(asgi.PREFIX_ROUTES) == set(parameters)
+    routes = set(asgi.ROUTES) | {prefix + parameters[prefix] for prefix in asgi.PREFIX_ROUTES}
     batch = set(streamed_routes())  # "/v1/files", and the prefix "/v1/files/" of one file's paths; batches alike
     assert batch == {"/v1/files", "/v1/files/", "/v1/batches", "/v1/batches/"}
     routes |= {path for path in batch if not path.endswith("/")}

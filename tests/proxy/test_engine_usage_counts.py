@@ -32,7 +32,8 @@ def test_the_tally_takes_only_counts(reported, counted):
 
 
 # Anthropic's names (the Messages route): its input_tokens leave out what was read from or written
-# to the cache, which the engine still ran, so the prompt charged is their sum.
+# to the cache, which the engine still ran, so the prompt charged is their sum. The Responses API
+# uses the same two names, and counts the cached tokens within input_tokens.
 ANTHROPIC = [
     ({"input_tokens": 30, "output_tokens": 7}, (30, 7, 0)),
     ({"input_tokens": 10, "output_tokens": 7, "cache_read_input_tokens": 20}, (30, 7, 20)),
@@ -40,11 +41,15 @@ ANTHROPIC = [
      (15, 7, 0)),
     ({"input_tokens": -10, "output_tokens": "x", "cache_read_input_tokens": -3}, (0, 0, 0)),
     ({"input_tokens": 10**30, "output_tokens": 1, "cache_read_input_tokens": 10**30}, (MOST_TOKENS, 1, MOST_TOKENS)),
+    # The Responses API's: input_tokens hold the cached ones, which input_tokens_details names.
+    ({"input_tokens": 30, "output_tokens": 7, "input_tokens_details": {"cached_tokens": 12}}, (30, 7, 12)),
+    ({"input_tokens": 30, "output_tokens": 7, "input_tokens_details": {"cached_tokens": 99}}, (30, 7, 30)),
+    ({"input_tokens": 30, "output_tokens": 7, "input_tokens_details": None}, (30, 7, 0)),
 ]
 
 
 @pytest.mark.parametrize(("reported", "counted"), ANTHROPIC)
-def test_the_tally_reads_anthropics_usage_as_the_prompt_the_engine_ran(reported, counted):
+def test_the_tally_reads_input_and_output_usage_as_the_prompt_the_engine_ran(reported, counted):
     tally = StreamTally()
     tally.take_usage(reported)
     assert (tally.prompt_tokens, tally.completion_tokens, tally.cached_tokens) == counted
