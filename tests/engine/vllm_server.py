@@ -56,6 +56,8 @@ BASE_ENV = {
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONUNBUFFERED": "1",
+    # Responses API turns (previous_response_id) need the engine to keep what it answered.
+    "VLLM_ENABLE_RESPONSES_API_STORE": "1",
 }
 
 
