@@ -30,7 +30,7 @@ from fairness.models import Batch, BatchFile, BatchQuerySet, BatchStatus
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")  # line_runner.ENDPOINT_VIEWS
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")  # line_runner.ENDPOINT_VIEWS
 COMPLETION_WINDOWS = {"24h": dt.timedelta(hours=24)}
 MAX_LIST_LIMIT = 100  # OpenAI's range for `limit` is 1 to 100, and 20 its default
 DEFAULT_LIST_LIMIT = 20

@@ -22,7 +22,7 @@ from fairness.gateway.runtime import GatewayRuntime
 log = logging.getLogger(__name__)
 
 ENDPOINT_VIEWS = {"/v1/chat/completions": views.chat_completions, "/v1/completions": views.completions,
-                  "/v1/embeddings": views.embeddings}
+                  "/v1/embeddings": views.embeddings, "/v1/responses": views.responses}
 # Answers that say "not now": queue and rate limits, budgets (a window resets), no replica up,
 # the store away. The line waits and goes again, until the batch's window ends.
 PASSING_STATUSES = {429, 503}

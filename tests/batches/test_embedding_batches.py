@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from fairness.models import UsageRecord
-from tests.support.batches import output_lines, wait_for_status
+from tests.support.batches import output_lines, run_to_the_end
 from tests.support.cast import EMBEDDING_MODEL
 from tests.support.polling import wait_for
 
@@ -22,12 +22,7 @@ def test_an_embeddings_batch_answers_every_line_and_charges_its_prompts(openai_f
     client = openai_for(cast["carol"])
     wrong_kind = json.dumps({"custom_id": "chat-model", "method": "POST", "url": "/v1/embeddings",
                              "body": {"model": "sim", "input": "x"}}).encode() + b"\n"
-    uploaded = client.files.create(file=("docs.jsonl", embedding_lines(6) + wrong_kind), purpose="batch")
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
-    assert batch.endpoint == "/v1/embeddings"
-
-    done = wait_for_status(client, batch.id, {"completed", "failed", "expired", "cancelled"})
-    assert done.status == "completed", done
+    done = run_to_the_end(client, "docs.jsonl", embedding_lines(6) + wrong_kind, "/v1/embeddings")
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (7, 6, 1)
     results = {r["custom_id"]: r for r in output_lines(client, done.output_file_id)}
     assert sorted(results) == [f"doc-{n}" for n in range(6)]

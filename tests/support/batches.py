@@ -36,3 +36,14 @@ def output_lines(client, file_id: str | None) -> list[dict]:
     if file_id is None:
         return []
     return [json.loads(line) for line in client.files.content(file_id).read().splitlines()]
+
+
+def run_to_the_end(client, name: str, lines: bytes, endpoint: str):
+    """Upload `lines` as a batch file, run them as a batch of `endpoint`, and return the batch once
+    it completed (a failed, expired or cancelled one fails the test)."""
+    uploaded = client.files.create(file=(name, lines), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+    assert batch.endpoint == endpoint
+    done = wait_for_status(client, batch.id, {"completed", "failed", "expired", "cancelled"})
+    assert done.status == "completed", done
+    return done
