@@ -30,6 +30,7 @@ from .messages import error_body as messages_error_body
 from .metrics import build_registry, render
 from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request, tokenize
 from .responses import ResponsesWriter, StoredResponse, not_found, parse_responses
+from .scoring import parse_rerank, parse_score, rerank_body, score_body
 from .tokens import block_hashes
 
 Writer = ReplyWriter | MessagesWriter | ResponsesWriter
@@ -92,7 +93,9 @@ class EngineSimApp:
         self.stored_responses: dict[str, StoredResponse] = {}  # in memory only, as vLLM's
         # As vLLM: a pooling model's server has no generation routes, a generating one no pooling ones.
         served: dict[tuple[str, str], Handler] = (
-            {("POST", "/v1/embeddings"): self._embeddings} if config.runner == "pooling" else
+            {("POST", "/v1/embeddings"): self._embeddings, ("POST", "/v1/score"): self._score,
+             ("POST", "/v1/rerank"): self._rerank, ("POST", "/v2/rerank"): self._rerank}
+            if config.runner == "pooling" else
             {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions,
              ("POST", "/v1/messages"): self._messages, ("POST", "/v1/responses"): self._responses}
         )
@@ -255,11 +258,25 @@ class EngineSimApp:
         return False
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._pooled(receive, send, lambda body: parse_embedding(body, self.config),
+                           lambda request: embedding_body(request, self.config.model))
+
+    async def _score(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._pooled(receive, send, lambda body: parse_score(body, self.config),
+                           lambda request: score_body(request, self.config))
+
+    async def _rerank(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._pooled(receive, send, lambda body: parse_rerank(body, self.config),
+                           lambda request: rerank_body(request, self.config))
+
+    async def _pooled(self, receive: Receive, send: Send, parse: Callable[[bytes], Any],
+                      answer: Callable[[Any], bytes]) -> None:
+        """A pooling request (embeddings, score, rerank): its texts' prefill, then the answer."""
         body = await read_body(receive)
         if await self._faulted(body, receive, send):
             return
         try:
-            request = parse_embedding(body, self.config)
+            request = parse(body)
         except ApiError as error:
             await respond_error(send, error)
             return
@@ -267,7 +284,7 @@ class EngineSimApp:
         if isinstance(engine, InstantEngine):
             engine.enter()
             try:
-                await respond(send, 200, embedding_body(request, self.config.model))
+                await respond(send, 200, answer(request))
             finally:
                 engine.leave(request.prompt_tokens, 0, "stop")
             return
@@ -285,7 +302,7 @@ class EngineSimApp:
         try:
             await seq.wait()
             if seq.state is State.FINISHED:
-                await respond(send, 200, embedding_body(request, self.config.model))
+                await respond(send, 200, answer(request))
         finally:
             watcher.cancel()
             engine.abort(seq)  # no-op once finished; frees the slot on any other way out
