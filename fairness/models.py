@@ -405,9 +405,11 @@ class Replica(models.Model):
 
     class ModelKind(models.TextChoices):
         # What the engine runs the model as (vLLM: the generate runner, or the pooling runner
-        # converting to embeddings), and so which endpoints may be sent to it.
+        # converting to embeddings or to a one-label classifier, a cross-encoder), and so which
+        # endpoints may be sent to it. vLLM scores and reranks with either pooling kind.
         CHAT = "chat", "chat and completions"
-        EMBEDDING = "embedding", "embeddings"
+        EMBEDDING = "embedding", "embeddings (and rerank, score)"
+        RERANKER = "reranker", "rerank and score (a cross-encoder)"
 
     name = models.SlugField(max_length=60, unique=True)
     base_url = models.URLField(

@@ -13,7 +13,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 django_pages = get_asgi_application()
 
 from fairness.batch.routes import streamed_routes  # noqa: E402
-from fairness.gateway.asgi import PREFIX, GatewayApp  # noqa: E402  (needs the apps loaded above)
+from fairness.gateway.api_paths import is_api_path  # noqa: E402
+from fairness.gateway.asgi import GatewayApp  # noqa: E402  (needs the apps loaded above)
 from fairness.portal.body_limit import limit_body  # noqa: E402
 
 # Django reads (and spools to disk) a whole body before any view can refuse it: cap it first.
@@ -26,6 +27,6 @@ gateway = GatewayApp(streamed_routes=streamed_routes())
 async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         return await gateway.lifespan(receive, send)
-    if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+    if scope["type"] == "http" and is_api_path(scope["path"]):
         return await gateway(scope, receive, send)
     return await pages(scope, receive, send)

@@ -59,13 +59,15 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 View = Callable[[GatewayRequest, GatewayRuntime], Awaitable[HttpResponseBase]]
 AnyRequest = TypeVar("AnyRequest", GatewayRequest, StreamedRequest)
 
-PREFIX = "/v1/"
 ROUTES: dict[str, View] = {
     "/v1/chat/completions": views.chat_completions,
     "/v1/completions": views.completions,
     "/v1/embeddings": views.embeddings,
     "/v1/messages": views.messages,
     "/v1/responses": views.responses,
+    "/v1/rerank": views.rerank,
+    "/v2/rerank": views.rerank,
+    "/v1/score": views.score,
     "/v1/models": views.models,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").

@@ -43,6 +43,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from fairness.gateway.api_paths import is_api_path
 from fairness.gateway.errors import ApiError
 from fairness.gateway.waiting_clients import WaitingClients
 
@@ -270,7 +271,7 @@ def _body_too_slow(path: str, min_rate: float) -> tuple[bytes, bytes]:
 
 
 def _error_content(path: str, error: ApiError) -> tuple[bytes, bytes]:
-    if path.startswith("/v1/"):
+    if is_api_path(path):
         return b"application/json", json.dumps(error.body()).encode()
     return b"text/plain; charset=utf-8", error.message.encode() + b"\n"
 

@@ -56,8 +56,8 @@ def completion_ask(
     """What a budgeted request asks of its budgets: the engine's own limit for it, or, when it
     runs to the end of the context, what the context leaves after its prompt (`context_tokens`:
     the one its replicas state, context_lengths.py; GP_MODEL_CONTEXT_TOKENS when none is given).
-    None when it completes nothing (an embedding): its budgets reserve its prompt alone."""
-    if request.endpoint == request_parsing.EMBEDDINGS:
+    None when it completes nothing (an embedding, a score): its budgets reserve its prompt alone."""
+    if request.endpoint in request_parsing.POOLING:
         return None
     prompt = prompt_estimate(body_bytes)
     stated = request_parsing.completion_limit(request)

@@ -52,6 +52,13 @@ _SAMPLING = {
                        "properties": {"include_usage": {"type": "boolean"}}},
 }
 
+_TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 1000}]}
+_RERANK_REQUEST = {
+    "type": "object", "required": ["model", "query", "documents"],
+    "properties": {"model": {"type": "string"}, "query": {"type": "string"}, "documents": _TEXTS,
+                   "top_n": {"type": ["integer", "null"], "minimum": 0}},
+}
+
 _GENERATION_RESPONSES = {
     "200": {
         "description": "The engine's answer: JSON, or server-sent events when `stream` is true. "
@@ -257,6 +264,28 @@ PATHS: dict[str, Any] = {
             }}}} for status, answer in _errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504).items()},
         },
     }},
+    **{path: {"post": {
+        "tags": [TAG], "operationId": operation, "summary": summary,
+        "description": "vLLM's scoring API for a pooling model (an embedding model, or a cross-encoder replica "
+                       "of kind `reranker`): queued fairly by the key's tier like a chat, its texts run together "
+                       "in one slot (at most 1,000 of them), charged their prompt tokens. A chat model is refused "
+                       "(400 wrong_model_kind).",
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "responses": {
+            "200": {"description": "The engine's answer",
+                    "content": {"application/json": {"schema": {"type": "object"}}}},
+            **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+        },
+    }} for path, operation, summary, schema in (
+        ("/v1/rerank", "v1_rerank", "Rerank documents against a query (Jina's shape)", _RERANK_REQUEST),
+        ("/v2/rerank", "v2_rerank", "Rerank documents against a query (Cohere's shape)", _RERANK_REQUEST),
+        ("/v1/score", "v1_score", "Score pairs of texts", {
+            "type": "object", "required": ["model"],
+            "properties": {"model": {"type": "string"}, "text_1": _TEXTS, "text_2": _TEXTS,
+                           "queries": _TEXTS, "documents": _TEXTS},
+        }),
+    )},
     "/v1/models": {"get": {
         "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models the key may use",
         "security": _SECURED,

@@ -23,6 +23,14 @@ COMPLETIONS = "completions"
 EMBEDDINGS = "embeddings"
 MESSAGES = "messages"  # Anthropic's Messages API, as vLLM serves it
 RESPONSES = "responses"  # OpenAI's Responses API, as vLLM serves it
+RERANK = "rerank"  # vLLM's /v1/rerank and /v2/rerank (Jina's and Cohere's shapes)
+SCORE = "score"  # vLLM's /v1/score
+# The endpoints of a pooling model: a prefill of their texts, nothing generated.
+POOLING = frozenset({EMBEDDINGS, RERANK, SCORE})
+# The documents (or pairs) one rerank or score request may hold, Cohere's limit.
+MOST_SCORED_TEXTS = 1000
+# What a score request may name its texts as, as vLLM takes them.
+SCORE_PAIRS = (("text_1", "text_2"), ("data_1", "data_2"), ("queries", "documents"), ("queries", "items"))
 # OpenAI's limit on the inputs of one embeddings request.
 MOST_EMBEDDING_INPUTS = 2048
 
@@ -46,8 +54,8 @@ def completion_limit(request: ProxyRequest) -> int | None:
     max_tokens only (the engine ignores max_completion_tokens there), 16 when absent, and an
     explicit null runs to the end of the context."""
     payload = request.payload
-    if request.endpoint == EMBEDDINGS:
-        return 0  # an embedding is the prompt's prefill only
+    if request.endpoint in POOLING:
+        return 0  # an embedding or a score is the prompt's prefill only
     if request.endpoint == MESSAGES:
         return payload["max_tokens"]  # type: ignore[no-any-return]  # required there, checked
     if request.endpoint == RESPONSES:
@@ -90,6 +98,8 @@ def parse(body: bytes, endpoint: str) -> ProxyRequest:
 
     if endpoint == EMBEDDINGS:
         return _embeddings(payload, model)
+    if endpoint in (RERANK, SCORE):
+        return _scoring(payload, model, endpoint)
 
     stream = payload.get("stream", False)
     if stream is None:
@@ -175,6 +185,38 @@ def _embeddings(payload: dict[str, Any], model: str) -> ProxyRequest:
     if payload.get("stream"):
         raise _invalid("Embeddings are not streamed: leave out 'stream'.", "stream", "unsupported_value")
     return ProxyRequest(payload=payload, model=model, stream=False, wants_usage=False, endpoint=EMBEDDINGS)
+
+
+def _scoring(payload: dict[str, Any], model: str, endpoint: str) -> ProxyRequest:
+    """A rerank (a query and its documents) or score (pairs of texts) request. Its texts run
+    together on the engine, prefill only, and hold one slot between them, so their number is
+    bounded; what each text may be (a string, or vLLM's multimodal parts) is the engine's to judge."""
+    if endpoint == RERANK:
+        if payload.get("query") is None:
+            raise _invalid("'query' is a required property.", "query", "missing_required_parameter")
+        names: tuple[str, ...] = ("documents",)
+        top_n = payload.get("top_n")
+        if top_n is not None and (not _is_int(top_n) or top_n < 0):
+            raise _invalid("'top_n' must be a non-negative integer.", "top_n")
+    else:
+        named = [pair for pair in SCORE_PAIRS if pair[0] in payload and pair[1] in payload]
+        if not named:
+            raise _invalid("A score request names its texts as 'text_1' and 'text_2' (or 'queries' and "
+                           "'documents').", "text_1", "missing_required_parameter")
+        names = named[0]
+    for name in names:
+        texts = payload.get(name)
+        if texts is None:
+            raise _invalid(f"'{name}' is a required property.", name, "missing_required_parameter")
+        if isinstance(texts, list):
+            if not texts:
+                raise _invalid(f"'{name}' must not be empty.", name)
+            if len(texts) > MOST_SCORED_TEXTS:
+                raise _invalid(f"'{name}' may hold at most {MOST_SCORED_TEXTS} entries; send the rest in another "
+                               "request.", name, "unsupported_value")
+    if payload.get("stream"):
+        raise _invalid("Scores are not streamed: leave out 'stream'.", "stream", "unsupported_value")
+    return ProxyRequest(payload=payload, model=model, stream=False, wants_usage=False, endpoint=endpoint)
 
 
 def _messages(payload: dict[str, Any], model: str, stream: bool) -> ProxyRequest:

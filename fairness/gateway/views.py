@@ -31,7 +31,7 @@ from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
 from fairness.scheduling.admission import Grant
-from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, ReplicaDirectory, ReplicaInfo
+from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, RERANKER_MODEL, ReplicaDirectory, ReplicaInfo
 from fairness.scheduling.live_counts import pinned_group
 from fairness.store.cancelling import cancel_and_wait
 
@@ -148,6 +148,15 @@ async def _remember_response(
     if parsed.payload.get("store") is not False:
         stored = stored_responses.StoredResponse(replica, person_id, parsed.model)
         await stored_responses.remember(runtime.redis, response_id, stored, settings.GP_STORED_RESPONSE_DAYS)
+
+
+async def rerank(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    """vLLM's rerank (Jina's shape at /v1/rerank, Cohere's at /v2/rerank: the same request)."""
+    return await _proxy(request, runtime, request_parsing.RERANK)
+
+
+async def score(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    return await _proxy(request, runtime, request_parsing.SCORE)
 
 
 async def models(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
@@ -297,17 +306,21 @@ async def _redone_while_revoked(
 
 
 # What each endpoint needs the model to be run as.
-_KIND_OF_ENDPOINT = {request_parsing.CHAT: CHAT_MODEL, request_parsing.COMPLETIONS: CHAT_MODEL,
-                     request_parsing.MESSAGES: CHAT_MODEL, request_parsing.RESPONSES: CHAT_MODEL,
-                     request_parsing.EMBEDDINGS: EMBEDDING_MODEL}
+_GENERATING = frozenset({CHAT_MODEL})
+_SCORING = frozenset({EMBEDDING_MODEL, RERANKER_MODEL})  # vLLM scores with either pooling kind
+_KINDS_OF_ENDPOINT = {request_parsing.CHAT: _GENERATING, request_parsing.COMPLETIONS: _GENERATING,
+                      request_parsing.MESSAGES: _GENERATING, request_parsing.RESPONSES: _GENERATING,
+                      request_parsing.EMBEDDINGS: frozenset({EMBEDDING_MODEL}),
+                      request_parsing.RERANK: _SCORING, request_parsing.SCORE: _SCORING}
 _ENDPOINT_PATHS = {CHAT_MODEL: "/v1/chat/completions, /v1/completions, /v1/responses and /v1/messages",
-                   EMBEDDING_MODEL: "/v1/embeddings"}
+                   EMBEDDING_MODEL: "/v1/embeddings, /v1/rerank and /v1/score",
+                   RERANKER_MODEL: "/v1/rerank and /v1/score"}
 
 
 def _check_kind(kind: str | None, parsed: request_parsing.ProxyRequest) -> None:
     """A chat request to an embedding model, or the reverse, is the client's mistake: say so
     before it waits for a slot on an engine that would refuse it."""
-    if kind is not None and kind != _KIND_OF_ENDPOINT[parsed.endpoint]:
+    if kind is not None and kind not in _KINDS_OF_ENDPOINT[parsed.endpoint]:
         raise ApiError(
             400, f"The model '{parsed.model}' is served as a{'n' if kind == EMBEDDING_MODEL else ''} {kind} model: "
             f"send it to {_ENDPOINT_PATHS[kind]}.", "wrong_model_kind", param="model",

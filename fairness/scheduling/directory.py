@@ -10,6 +10,7 @@ from dataclasses import dataclass
 # What a replica runs its model as (Replica.ModelKind), and so which endpoints it takes.
 CHAT_MODEL = "chat"
 EMBEDDING_MODEL = "embedding"
+RERANKER_MODEL = "reranker"
 
 
 @dataclass(frozen=True)
