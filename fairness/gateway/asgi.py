@@ -36,7 +36,7 @@ import redis.exceptions
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 
-from fairness.gateway import anthropic_shape, views
+from fairness.gateway import anthropic_shape, responses_views, tokenizer_views, views
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.http_server import vouch_for
@@ -68,12 +68,14 @@ ROUTES: dict[str, View] = {
     "/v1/rerank": views.rerank,
     "/v2/rerank": views.rerank,
     "/v1/score": views.score,
+    "/tokenize": tokenizer_views.tokenize,
+    "/detokenize": tokenizer_views.detokenize,
     "/v1/models": views.models,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
 PREFIX_ROUTES: dict[str, View] = {
     "/v1/models/": views.model,
-    "/v1/responses/": views.stored_response,
+    "/v1/responses/": responses_views.stored_response,
 }
 
 

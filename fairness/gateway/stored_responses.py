@@ -10,11 +10,22 @@ An id someone else made is answered as one that does not exist.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import redis.asyncio
+from django.conf import settings
+from redis.exceptions import RedisError
 
+from fairness.gateway import request_parsing
+from fairness.gateway.api_keys import KeyInfo
+from fairness.gateway.errors import ApiError
+from fairness.gateway.request_parsing import ProxyRequest
+from fairness.gateway.runtime import GatewayRuntime
+from fairness.scheduling.directory import ReplicaInfo
 from fairness.store import keyspace
+
+log = logging.getLogger(__name__)
 
 MOST_ID_CHARS = 200  # vLLM's ids are "resp_" and 32 hex digits; anything far longer is not one
 
@@ -55,3 +66,43 @@ async def find(client: redis.asyncio.Redis, response_id: str, person_id: int) ->
 
 async def forget(client: redis.asyncio.Redis, response_id: str) -> None:
     await client.delete(_key(response_id))
+
+
+def not_found(response_id: str, param: str, why: str = "") -> ApiError:
+    # The same words whether it never existed or is someone else's: nothing to learn by probing.
+    return ApiError(404, f"Response with id '{response_id[:MOST_ID_CHARS]}' not found.{why}", "response_not_found",
+                    param=param)
+
+
+async def pinned_replica(
+    runtime: GatewayRuntime, key: KeyInfo, parsed: ProxyRequest, replicas: list[ReplicaInfo]
+) -> ReplicaInfo | None:
+    """The replica a Responses turn must run on: the one that stored its previous response."""
+    previous = parsed.payload.get("previous_response_id")
+    if parsed.endpoint != request_parsing.RESPONSES or previous is None:
+        return None
+    stored = await find(runtime.redis, previous, key.person_id)
+    if stored is None:
+        raise not_found(previous, "previous_response_id")
+    replica = next((r for r in replicas if r.name == stored.replica), None)
+    if replica is None:
+        raise not_found(previous, "previous_response_id",
+                        f" It was stored by replica {stored.replica}, which no longer serves '{parsed.model}' to "
+                        "your tier: start the conversation again without it.")
+    if not runtime.replica_up(replica.name):
+        raise ApiError(503, f"The replica that stored response '{previous}' ({replica.name}) is down; the "
+                       "conversation can go on once it is back.", "stored_replica_unavailable", retry_after=10)
+    return replica
+
+
+async def remember_response(
+    runtime: GatewayRuntime, response_id: str, *, replica: str, person_id: int, parsed: ProxyRequest
+) -> None:
+    """Note a Responses answer the engine stored (unless the request said `store: false`)."""
+    if parsed.payload.get("store") is False:
+        return
+    try:
+        await remember(runtime.redis, response_id, StoredResponse(replica, person_id, parsed.model),
+                       settings.GP_STORED_RESPONSE_DAYS)
+    except RedisError:  # the answer still goes out, and is charged; only its next turn cannot find it
+        log.warning("could not note where response %s is stored", response_id, exc_info=True)

@@ -15,10 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import orjson
-from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from fairness.gateway import anthropic_shape, engine_client, request_parsing, stored_responses
@@ -84,72 +82,6 @@ async def responses(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRes
     return await _proxy(request, runtime, request_parsing.RESPONSES)
 
 
-async def stored_response(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
-    """GET and DELETE /v1/responses/{id}: a stored response, for the person who made it only.
-    GET asks the replica that stored it; DELETE forgets it here (vLLM has no DELETE: the engine's
-    memory holds it until it restarts, and no request through the gateway reaches it again)."""
-    response_id, _, tail = request.path.removeprefix("/v1/responses/").rstrip("/").partition("/")
-    if tail:
-        raise ApiError(404, f"Unknown endpoint {request.path}.", "unknown_url")
-    if request.method not in ("GET", "DELETE"):
-        raise ApiError(405, "Use GET or DELETE for a stored response.", "method_not_allowed")
-    stored = await stored_responses.find(runtime.redis, response_id, request.key.person_id)
-    if stored is None:
-        raise _no_such_response(response_id, "response_id")
-    if request.method == "DELETE":
-        await stored_responses.forget(runtime.redis, response_id)
-        return HttpResponse(json.dumps({"id": response_id, "object": "response", "deleted": True}),
-                            content_type="application/json")
-    replica = next((r for r in request.directory.all if r.name == stored.replica), None)
-    if replica is None:
-        raise _no_such_response(response_id, "response_id", f" Its replica ({stored.replica}) no longer serves.")
-    status, body = await engine_client.get_capped(
-        replica, "/v1/responses/" + quote(response_id, safe=""), settings.GP_UPSTREAM_READ_TIMEOUT,
-        settings.GP_MAX_ENGINE_RESPONSE_BYTES,
-    )
-    if status == 404:  # the engine restarted since, and lost it
-        raise _no_such_response(response_id, "response_id", f" Its replica ({replica.name}) no longer holds it.")
-    if status != 200:
-        raise ApiError(502, f"The engine ({replica.name}) answered {status}.", "upstream_error")
-    return HttpResponse(body, content_type="application/json")
-
-
-def _no_such_response(response_id: str, param: str, why: str = "") -> ApiError:
-    # The same words whether it never existed or is someone else's: nothing to learn by probing.
-    return ApiError(404, f"Response with id '{response_id[:200]}' not found.{why}", "response_not_found",
-                    param=param)
-
-
-async def _pinned_replica(
-    runtime: GatewayRuntime, request: GatewayRequest, parsed: request_parsing.ProxyRequest,
-    replicas: list[ReplicaInfo],
-) -> ReplicaInfo | None:
-    """The replica a Responses turn must run on: the one that stored its previous response."""
-    previous = parsed.payload.get("previous_response_id")
-    if parsed.endpoint != request_parsing.RESPONSES or previous is None:
-        return None
-    stored = await stored_responses.find(runtime.redis, previous, request.key.person_id)
-    if stored is None:
-        raise _no_such_response(previous, "previous_response_id")
-    replica = next((r for r in replicas if r.name == stored.replica), None)
-    if replica is None:
-        raise _no_such_response(previous, "previous_response_id",
-                                f" It was stored by replica {stored.replica}, which no longer serves "
-                                f"'{parsed.model}' to your tier: start the conversation again without it.")
-    if not runtime.replica_up(replica.name):
-        raise ApiError(503, f"The replica that stored response '{previous}' ({replica.name}) is down; the "
-                       "conversation can go on once it is back.", "stored_replica_unavailable", retry_after=10)
-    return replica
-
-
-async def _remember_response(
-    runtime: GatewayRuntime, response_id: str, *, replica: str, person_id: int, parsed: request_parsing.ProxyRequest
-) -> None:
-    if parsed.payload.get("store") is not False:
-        stored = stored_responses.StoredResponse(replica, person_id, parsed.model)
-        await stored_responses.remember(runtime.redis, response_id, stored, settings.GP_STORED_RESPONSE_DAYS)
-
-
 async def rerank(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
     """vLLM's rerank (Jina's shape at /v1/rerank, Cohere's at /v2/rerank: the same request)."""
     return await _proxy(request, runtime, request_parsing.RERANK)
@@ -188,9 +120,10 @@ async def model(request: GatewayRequest, runtime: GatewayRuntime) -> HttpRespons
 def _model_object(directory: ReplicaDirectory, name: str, tier: str, runtime: GatewayRuntime) -> dict[str, str | int]:
     """OpenAI's model object, with what its replicas tell a client: the kind of model (which
     endpoints take it) and, once an engine has stated it, the context it holds (vLLM's field)."""
-    found: dict[str, str | int] = {"id": name, "object": "model", "created": 0, "owned_by": "gpuportal",
-                                   "kind": directory.kind(name) or CHAT_MODEL}
-    context = runtime.context_lengths.stated(directory.serving(name, tier))
+    serving = directory.serving(name, tier)
+    found: dict[str, str | int] = {"id": name, "object": "model", "created": min(r.created for r in serving),
+                                   "owned_by": "gpuportal", "kind": directory.kind(name) or CHAT_MODEL}
+    context = runtime.context_lengths.stated(serving)
     if context is not None:
         found["max_model_len"] = context
     return found
@@ -219,7 +152,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             "(GET /v1/models lists the ones it may use).", "model_not_allowed", param="model",
         )
     group = directory.group(parsed.model, key.tier.name)
-    pinned = await _pinned_replica(runtime, request, parsed, replicas)
+    pinned = await stored_responses.pinned_replica(runtime, request.key, parsed, replicas)
     if pinned is not None:
         group, replicas = pinned_group(group, pinned.name), [pinned]
     elif not runtime.has_capacity(group):
@@ -244,11 +177,12 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         if lowered is not None:
             headers[LOWERED_HEADER] = str(lowered)
         if response.status_code != 200:
-            error = await _engine_error(response, replica)
+            error = await engine_error(response, replica)
             await lifecycle.close(error.status)
             return error.response(headers)
-        remember = functools.partial(_remember_response, runtime, replica=replica.name, person_id=key.person_id,
-                                     parsed=parsed) if parsed.endpoint == request_parsing.RESPONSES else None
+        remember = functools.partial(
+            stored_responses.remember_response, runtime, replica=replica.name, person_id=key.person_id, parsed=parsed,
+        ) if parsed.endpoint == request_parsing.RESPONSES else None
         if parsed.stream:
             return _streaming(response, replica, lifecycle, parsed, headers, remember)
         return await _whole_response(response, replica, lifecycle, headers, remember)
@@ -460,7 +394,7 @@ def _parsed(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-async def _engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:
+async def engine_error(response: EngineAnswer, replica: ReplicaInfo) -> ApiError:
     """The engine's own error, kept when it is a client error and OpenAI-shaped enough."""
     try:
         raw = await engine_client.read_whole(response, replica)

@@ -7,7 +7,6 @@ in OpenAI's shape."""
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 
@@ -21,22 +20,11 @@ from fairness.store.redis_clients import redis_sync
 from tests.support.cast import EMBEDDING_MODEL, MODEL
 from tests.support.polling import wait_for
 from tests.support.usage_records import recorded
-from tests.support.v1_calls import CHAT, assert_error, post
+from tests.support.v1_calls import CHAT, assert_error, hanging_chat, post
 
 
 def client_for(gateway, member) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=member.secret, max_retries=0, timeout=60)
-
-
-def hanging_chat(gateway, secret: str) -> socket.socket:
-    """A chat sent over a socket of its own, its answer never read: it holds its slot until the
-    socket is shut."""
-    body = json.dumps(CHAT).encode()
-    conn = socket.create_connection(("127.0.0.1", gateway.port), timeout=60)
-    conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
-                 + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
-                 + b"\r\n\r\n" + body)
-    return conn
 
 
 def respond(gateway, member, body: dict) -> httpx.Response:
