@@ -5,6 +5,7 @@ import pytest
 from fairness.scheduling.directory import (
     CHAT_MODEL,
     EMBEDDING_MODEL,
+    RERANKER_MODEL,
     ReplicaDirectory,
     ReplicaInfo,
     deployment_conflict,
@@ -58,4 +59,4 @@ def test_a_model_is_one_kind_on_every_replica():
 def test_the_directorys_kinds_are_the_replica_rows_choices():
     from fairness.models import Replica
 
-    assert set(Replica.ModelKind.values) == {CHAT_MODEL, EMBEDDING_MODEL}
+    assert set(Replica.ModelKind.values) == {CHAT_MODEL, EMBEDDING_MODEL, RERANKER_MODEL}
