@@ -194,6 +194,17 @@ def tokenize(body: bytes, config: SimConfig) -> bytes:
     return dumps({"count": count, "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None})
 
 
+def detokenize(body: bytes, config: SimConfig) -> bytes:
+    """vLLM's POST /detokenize: token ids back to text (tokenize's ids are the prompt's 4-byte
+    units, so a tokenized text comes back as it went in)."""
+    data = request_object(body, config)
+    ids = data.get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise bad_request("'tokens' must be a list of integers")
+    text = encode_ids(ids).rstrip(b"\0").decode("utf-8", "replace")
+    return dumps({"prompt": text})
+
+
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
     """vLLM's usage object; `cached_tokens` None when it runs without --enable-prompt-tokens-details
     (its details are then null, in whole answers and streams alike)."""

@@ -28,7 +28,16 @@ from .instant import InstantEngine
 from .messages import MessagesWriter, parse_messages
 from .messages import error_body as messages_error_body
 from .metrics import build_registry, render
-from .protocol import ApiError, CompletionRequest, ReplyWriter, dumps, error_body, parse_request, tokenize
+from .protocol import (
+    ApiError,
+    CompletionRequest,
+    ReplyWriter,
+    detokenize,
+    dumps,
+    error_body,
+    parse_request,
+    tokenize,
+)
 from .responses import ResponsesWriter, StoredResponse, not_found, parse_responses
 from .scoring import parse_rerank, parse_score, rerank_body, score_body
 from .tokens import block_hashes
@@ -103,6 +112,7 @@ class EngineSimApp:
             **served,
             ("GET", "/v1/models"): self._models,
             ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/detokenize"): self._detokenize,
             ("GET", "/health"): self._health,
             ("GET", "/version"): self._version,
             ("GET", "/metrics"): self._metrics,
@@ -176,6 +186,12 @@ class EngineSimApp:
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await respond(send, 200, tokenize(await read_body(receive), self.config))
+        except ApiError as error:
+            await respond_error(send, error)
+
+    async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await respond(send, 200, detokenize(await read_body(receive), self.config))
         except ApiError as error:
             await respond_error(send, error)
 

@@ -59,6 +59,27 @@ _RERANK_REQUEST = {
                    "top_n": {"type": ["integer", "null"], "minimum": 0}},
 }
 
+_SCORING_WORDS = ("vLLM's scoring API for a pooling model (an embedding model, or a cross-encoder replica of kind "
+                  "`reranker`): queued fairly by the key's tier like a chat, its texts run together in one slot (at "
+                  "most 1,000 of them), charged their prompt tokens. A chat model is refused (400 wrong_model_kind).")
+_TOKENIZER_WORDS = ("vLLM's tokenizer, on a healthy replica of the model: no engine slot is held and nothing queues "
+                    "or is charged; a requests-per-minute limit of the key's tier still counts it.")
+
+
+def _json_post(operation: str, summary: str, description: str, schema: dict[str, Any], *errors: int) -> dict[str, Any]:
+    """A POST that takes a JSON body and answers the engine's JSON."""
+    return {
+        "tags": [TAG], "operationId": operation, "summary": summary, "description": description,
+        "security": _SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "responses": {
+            "200": {"description": "The engine's answer",
+                    "content": {"application/json": {"schema": {"type": "object"}}}},
+            **_errors(*errors),
+        },
+    }
+
+
 _GENERATION_RESPONSES = {
     "200": {
         "description": "The engine's answer: JSON, or server-sent events when `stream` is true. "
@@ -264,26 +285,27 @@ PATHS: dict[str, Any] = {
             }}}} for status, answer in _errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504).items()},
         },
     }},
-    **{path: {"post": {
-        "tags": [TAG], "operationId": operation, "summary": summary,
-        "description": "vLLM's scoring API for a pooling model (an embedding model, or a cross-encoder replica "
-                       "of kind `reranker`): queued fairly by the key's tier like a chat, its texts run together "
-                       "in one slot (at most 1,000 of them), charged their prompt tokens. A chat model is refused "
-                       "(400 wrong_model_kind).",
-        "security": _SECURED,
-        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-        "responses": {
-            "200": {"description": "The engine's answer",
-                    "content": {"application/json": {"schema": {"type": "object"}}}},
-            **_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
-        },
-    }} for path, operation, summary, schema in (
+    **{path: {"post": _json_post(operation, summary, _SCORING_WORDS, schema, 400, 401, 403, 404, 408, 413, 429, 502,
+                                 503, 504)}
+       for path, operation, summary, schema in (
         ("/v1/rerank", "v1_rerank", "Rerank documents against a query (Jina's shape)", _RERANK_REQUEST),
         ("/v2/rerank", "v2_rerank", "Rerank documents against a query (Cohere's shape)", _RERANK_REQUEST),
         ("/v1/score", "v1_score", "Score pairs of texts", {
             "type": "object", "required": ["model"],
             "properties": {"model": {"type": "string"}, "text_1": _TEXTS, "text_2": _TEXTS,
                            "queries": _TEXTS, "documents": _TEXTS},
+        }),
+    )},
+    **{path: {"post": _json_post(operation, summary, _TOKENIZER_WORDS, schema, 400, 401, 403, 404, 405, 429, 502, 503)}
+       for path, operation, summary, schema in (
+        ("/tokenize", "tokenize", "Count a prompt's tokens (a text or a chat's messages)", {
+            "type": "object", "required": ["model"],
+            "properties": {"model": {"type": "string"}, "prompt": {"type": "string"},
+                           "messages": {"type": "array", "items": {"type": "object"}}},
+        }),
+        ("/detokenize", "detokenize", "Turn token ids back into text", {
+            "type": "object", "required": ["model", "tokens"],
+            "properties": {"model": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}}},
         }),
     )},
     "/v1/models": {"get": {

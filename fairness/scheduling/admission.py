@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 Arg = str | int | float  # a script argument, as Redis takes it
 
 _LUA_DIR = Path(__file__).with_name("lua")
-_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore")
+_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore", "rate")
 _LIB_PARTS = ("state", "replicas", "fair_share", "limits", "queue", "revocable", "upkeep")
 # The long entry scripts' own arguments, in order from ARGV[5] (ARGV[1..4] are every call's: see
 # _args). Named once, here: calls pass them by name, and each script reads them by name too
@@ -335,13 +335,15 @@ def _completion_limit(reply: list[Any], state: Reply, before: int | None) -> int
     return int(limit) if limit else before
 
 
-def _limit_refusal(demand: Demand, reply: list[Any], now: float) -> AdmissionRefused:
+def _limit_refusal(
+    budgets: tuple[BudgetWindow, ...], rate_limits: tuple[RateLimit, ...], reply: list[Any], now: float
+) -> AdmissionRefused:
     index = int(reply[1]) - 1
     if int(reply[0]) == Reply.OVER_BUDGET:
-        window = demand.budgets[index]
+        window = budgets[index]
         retry = max(1, math.ceil(window.resets_at - now))
         return BudgetExceeded(window.words or "This key's token budget is used up.", retry, window)
-    limit = demand.rate_limits[index]
+    limit = rate_limits[index]
     retry = max(1, math.ceil(float(text(reply[2]))))
     return RateLimited(
         f"Rate limit reached: {limit.words or limit.name}. Retry after {retry} s.", retry, limit
@@ -521,7 +523,7 @@ class Admission:
                     continue
                 if state in (Reply.OVER_BUDGET, Reply.RATE_LIMITED):
                     in_redis = False
-                    raise _limit_refusal(demand, reply, self._clock())
+                    raise _limit_refusal(demand.budgets, demand.rate_limits, reply, self._clock())
                 moving = False  # the old lease is given back: a call again must not repeat it
                 budget_left = _budget_left(reply, state, budget_left)
                 completion_limit = _completion_limit(reply, state, completion_limit)
@@ -675,6 +677,15 @@ class Admission:
                 logger.warning(
                     "admission: could not release lease %s", grant.lease_id, exc_info=True
                 )
+
+    async def count_request(self, rate_limits: tuple[RateLimit, ...]) -> None:
+        """Count a request that holds no engine slot (tokenize) against its rate limits alone;
+        RateLimited when one refuses it."""
+        if not rate_limits:
+            return
+        reply = await self._call("rate", rate_spec(rate_limits))
+        if int(reply[0]) == Reply.RATE_LIMITED:
+            raise _limit_refusal((), rate_limits, reply, self._clock())
 
     async def stats(self) -> Stats:
         """Live counts per capacity group, tier and key, and the longest current wait (seconds).
