@@ -423,8 +423,11 @@ class Replica(models.Model):
     engine_kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.VLLM)
     model_kind = models.CharField(
         max_length=16, choices=ModelKind.choices, default=ModelKind.CHAT,
-        help_text="What the model serves: an embedding model (vLLM's pooling runner) takes only /v1/embeddings.",
+        help_text="What the model serves: an embedding model (vLLM's pooling runner) takes /v1/embeddings, "
+        "/v1/rerank and /v1/score; a reranker (a cross-encoder) only the last two.",
     )
+    # When it was added: the earliest of a model's replicas is the model's `created` on /v1/models.
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
     max_num_seqs = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     scheduling_policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FCFS)
     enabled = models.BooleanField(default=True)

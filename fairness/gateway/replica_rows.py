@@ -21,6 +21,7 @@ def replica_info(replica: Replica, tiers: frozenset[str] = frozenset()) -> Repli
         api_key=replica.api_key,
         tiers=tiers,
         model_kind=replica.model_kind,
+        created=int(replica.created_at.timestamp()),
     )
 
 

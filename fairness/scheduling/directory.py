@@ -25,6 +25,7 @@ class ReplicaInfo:
     api_key: str
     tiers: frozenset[str] = frozenset()  # empty: serves every tier
     model_kind: str = CHAT_MODEL
+    created: int = 0  # when it was added (Unix seconds)
 
     def serves(self, tier: str) -> bool:
         return not self.tiers or tier in self.tiers

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from enginesim.process import EngineSimProcess
-from fairness.models import ApiKey, Budget
+from fairness.models import ApiKey, Budget, Replica
 from tests.support.cast import EMBEDDING_MODEL, MODEL
 from tests.support.live_admission import peak_overlap
 from tests.support.polling import wait_for
@@ -154,7 +154,7 @@ def test_a_budget_counts_embedding_tokens(cast, gateway, embedder):
     assert post(gateway, cast["alice"].secret, CHAT).status_code == 200  # alice's own budget is untouched
 
 
-def test_models_say_what_kind_each_model_is_and_the_context_its_engine_states(cast, gateway, embedder):
+def test_models_say_what_kind_each_model_is_when_it_came_and_the_context_its_engine_states(cast, gateway, embedder):
     headers = {"authorization": f"Bearer {cast['alice'].secret}"}
 
     def cards() -> dict[str, dict] | None:
@@ -167,3 +167,7 @@ def test_models_say_what_kind_each_model_is_and_the_context_its_engine_states(ca
     assert {card["max_model_len"] for card in found.values()} == {4096}  # enginesim's default
     one = httpx.get(gateway.url + f"/v1/models/{EMBEDDER}", headers=headers, timeout=30).json()
     assert one == found[EMBEDDER]
+    # `created`: when the model's first replica was added.
+    added = {r.model: int(r.created_at.timestamp()) for r in Replica.objects.all()}
+    assert {name: card["created"] for name, card in found.items()} == added
+    assert all(card["created"] > 1_700_000_000 for card in found.values())
