@@ -13,7 +13,9 @@ def _seconds(moment: dt.datetime | None) -> int | None:
 
 
 def batch_object(batch: Batch) -> dict[str, Any]:
-    return {
+    """The Batch object as OpenAI's OpenAPI document has it: an optional field with no value is
+    left out (the document types them as integers and strings, not null)."""
+    found = {
         "id": batch.public_id,
         "object": "batch",
         "endpoint": batch.endpoint,
@@ -35,3 +37,4 @@ def batch_object(batch: Batch) -> dict[str, Any]:
         "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
         "metadata": batch.metadata,
     }
+    return {name: value for name, value in found.items() if value is not None}

@@ -42,11 +42,12 @@ def new_file_id() -> str:
 
 
 def file_object(row: BatchFile) -> dict[str, Any]:
-    """The File object, as OpenAI's reference has it (status and status_details are deprecated
-    there, but still sent); expires_at is when retention deletes it unless it is used again."""
+    """The File object, as OpenAI's OpenAPI document has it (status is deprecated there but
+    required, and still sent; status_details, a string when there is one, is left out);
+    expires_at is when retention deletes it unless it is used again."""
     return {
         "id": row.public_id, "object": "file", "bytes": row.bytes, "created_at": int(row.created_at.timestamp()),
-        "filename": row.filename, "purpose": row.purpose, "status": "processed", "status_details": None,
+        "filename": row.filename, "purpose": row.purpose, "status": "processed",
         "expires_at": int(retention.expires_at(row).timestamp()),
     }
 

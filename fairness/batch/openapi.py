@@ -36,8 +36,7 @@ COMPONENTS: dict[str, Any] = {
                 "filename": {"type": "string"},
                 "purpose": {"type": "string", "enum": ["batch", "batch_output"]},
                 "status": {"type": "string", "enum": ["processed"]},
-                "status_details": {"type": ["string", "null"]},
-                "expires_at": {"type": ["integer", "null"]},
+                "expires_at": {"type": "integer"},
             },
         },
         "Batch": {
@@ -48,14 +47,14 @@ COMPONENTS: dict[str, Any] = {
                 "id": {"type": "string", "example": "batch_abc123"},
                 "object": {"type": "string", "enum": ["batch"]},
                 "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
-                "errors": {"type": ["object", "null"]},
+                "errors": {"type": "object"},
                 "input_file_id": {"type": "string"},
                 "completion_window": {"type": "string", "enum": ["24h"]},
                 "status": {"type": "string", "enum": ["validating", "failed", "in_progress", "finalizing",
                                                       "completed", "expired", "cancelling", "cancelled"]},
-                "output_file_id": {"type": ["string", "null"]},
-                "error_file_id": {"type": ["string", "null"]},
-                **{f"{moment}_at": {"type": ["integer", "null"]} for moment in (
+                "output_file_id": {"type": "string"},
+                "error_file_id": {"type": "string"},
+                **{f"{moment}_at": {"type": "integer"} for moment in (
                     "created", "in_progress", "expires", "finalizing", "completed", "failed", "expired",
                     "cancelling", "cancelled")},
                 "request_counts": {"type": "object", "properties": {
