@@ -213,6 +213,7 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None 
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": None if cached_tokens is None else {"cached_tokens": cached_tokens},
+        "completion_tokens_details": None,  # as vLLM 0.32 sends it
     }
 
 

@@ -112,7 +112,7 @@ def test_completions_accept_text_and_token_id_prompts(sim: EngineSimProcess,
         "model": MODEL, "prompt": [1, 2, 3, 4, 5], "max_tokens": 4, "ignore_eos": True}).json()
     assert body["object"] == "text_completion"
     assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 9, "completion_tokens": 4,
-                             "prompt_tokens_details": None}
+                             "prompt_tokens_details": None, "completion_tokens_details": None}
     assert len(body["choices"][0]["text"].split()) == 4
 
 
