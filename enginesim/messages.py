@@ -29,6 +29,16 @@ def parse_messages(body: bytes, config: SimConfig) -> CompletionRequest:
     if "max_tokens" not in data:
         raise bad_request("1 validation error:\n  {'type': 'missing', 'loc': ('body', 'max_tokens'), "
                           "'msg': 'Field required'}")
+    return _as_chat(data, config)
+
+
+def count_tokens_body(body: bytes, config: SimConfig) -> bytes:
+    """POST /v1/messages/count_tokens: the prompt a Messages request would have, counted."""
+    data = request_object(body, config)
+    return dumps({"input_tokens": _as_chat({**data, "max_tokens": 1}, config).prompt_tokens})
+
+
+def _as_chat(data: dict[str, Any], config: SimConfig) -> CompletionRequest:
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list")

@@ -25,7 +25,7 @@ from .config import SimConfig
 from .embeddings import embedding_body, parse_embedding
 from .engine import Engine, Sequence, State
 from .instant import InstantEngine
-from .messages import MessagesWriter, parse_messages
+from .messages import MessagesWriter, count_tokens_body, parse_messages
 from .messages import error_body as messages_error_body
 from .metrics import build_registry, render
 from .protocol import (
@@ -106,7 +106,8 @@ class EngineSimApp:
              ("POST", "/v1/rerank"): self._rerank, ("POST", "/v2/rerank"): self._rerank}
             if config.runner == "pooling" else
             {("POST", "/v1/chat/completions"): self._chat, ("POST", "/v1/completions"): self._completions,
-             ("POST", "/v1/messages"): self._messages, ("POST", "/v1/responses"): self._responses}
+             ("POST", "/v1/messages"): self._messages, ("POST", "/v1/responses"): self._responses,
+             ("POST", "/v1/messages/count_tokens"): self._count_tokens}
         )
         self._routes: dict[tuple[str, str], Handler] = {
             **served,
@@ -361,6 +362,12 @@ class EngineSimApp:
             await self._instant(request, writer, send)
         else:
             await self._timed(self.engine, request, writer, receive, send)
+
+    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await respond(send, 200, count_tokens_body(await read_body(receive), self.config))
+        except ApiError as error:
+            await respond(send, error.status, messages_error_body(error))
 
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The Responses API: a chat underneath, stored in this server's memory (as vLLM's)."""

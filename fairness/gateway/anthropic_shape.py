@@ -12,7 +12,7 @@ from django.http import HttpResponseBase
 
 from fairness.gateway.errors import ApiError
 
-MESSAGES_PATH = "/v1/messages"
+MESSAGE_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 
 # Anthropic's error types by status (its API reference, "Errors").
 _TYPES = {
@@ -23,7 +23,7 @@ _TYPES = {
 
 
 def speaks_anthropic(path: str) -> bool:
-    return path.rstrip("/") == MESSAGES_PATH
+    return path.rstrip("/") in MESSAGE_PATHS
 
 
 def _body(status: int, message: str) -> dict[str, object]:

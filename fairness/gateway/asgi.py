@@ -69,6 +69,7 @@ ROUTES: dict[str, View] = {
     "/v2/rerank": views.rerank,
     "/v1/score": views.score,
     "/tokenize": tokenizer_views.tokenize,
+    "/v1/messages/count_tokens": tokenizer_views.count_tokens,
     "/detokenize": tokenizer_views.detokenize,
     "/v1/models": views.models,
 }

@@ -303,6 +303,12 @@ PATHS: dict[str, Any] = {
             "properties": {"model": {"type": "string"}, "prompt": {"type": "string"},
                            "messages": {"type": "array", "items": {"type": "object"}}},
         }),
+        ("/v1/messages/count_tokens", "v1_messages_count_tokens",
+         "Count the prompt tokens of a Messages request (Anthropic's shape; its errors too)", {
+            "type": "object", "required": ["model", "messages"],
+            "properties": {"model": {"type": "string"}, "messages": {"type": "array", "minItems": 1},
+                           "system": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
+        }),
         ("/detokenize", "detokenize", "Turn token ids back into text", {
             "type": "object", "required": ["model", "tokens"],
             "properties": {"model": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}}},

@@ -1,8 +1,9 @@
-"""POST /tokenize and /detokenize, as vLLM serves them: the key checked, its model's replicas
-found, its rate limits counted, and the request sent to one healthy replica of the model. They
-hold no engine slot and wait in no queue: the engine runs its tokenizer, not the model, so they
-cost the card nothing a concurrency cap would guard. A requests-per-minute limit of the key's tier
-still counts them; nothing is charged to budgets or fair share, and no usage record is written.
+"""POST /tokenize and /detokenize, and Anthropic's POST /v1/messages/count_tokens, as vLLM serves
+them: the key checked, its model's replicas found, its rate limits counted, and the request sent to
+one healthy replica of the model. They hold no engine slot and wait in no queue: the engine runs
+its tokenizer, not the model, so they cost the card nothing a concurrency cap would guard. A
+requests-per-minute limit of the key's tier still counts them; nothing is charged to budgets or
+fair share, and no usage record is written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fairness.scheduling.admission import RateLimited
 
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # errors in Anthropic's shape there (anthropic_shape.py)
 
 
 async def tokenize(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
@@ -29,6 +31,10 @@ async def tokenize(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResp
 
 async def detokenize(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
     return await _tokenizer(request, runtime, DETOKENIZE_PATH)
+
+
+async def count_tokens(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
+    return await _tokenizer(request, runtime, COUNT_TOKENS_PATH)
 
 
 def _parsed(body: bytes, path: str) -> dict[str, Any]:
@@ -44,6 +50,11 @@ def _parsed(body: bytes, path: str) -> dict[str, Any]:
         if not isinstance(payload.get("prompt"), str) and not isinstance(payload.get("messages"), list):
             raise ApiError(400, "Send the text to count as 'prompt' (a string) or 'messages' (a chat).",
                            "missing_required_parameter", param="prompt")
+    elif path == COUNT_TOKENS_PATH:
+        messages = payload.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise ApiError(400, "messages: must be a non-empty array of message objects.", "invalid_type",
+                           param="messages")
     else:
         tokens = payload.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):

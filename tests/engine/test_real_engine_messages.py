@@ -41,6 +41,7 @@ def test_a_whole_and_a_streamed_message_are_answered_and_charged_what_the_engine
     assert (row.endpoint, row.status) == ("messages", 200)
     assert (row.prompt_tokens, row.completion_tokens) == (ran(final.usage), final.usage.output_tokens)
     assert row.prompt_tokens == ran(message.usage)  # the same prompt, counted alike
+    assert client.messages.count_tokens(model=TINY, messages=HELLO).input_tokens == row.prompt_tokens
 
 
 def test_the_engines_own_refusal_comes_back_in_anthropics_shape(cast, gateway, engine_replicas):

@@ -143,3 +143,15 @@ def test_a_budget_counts_message_tokens_and_its_refusal_is_a_rate_limit_error(ca
     assert int(refused.headers["retry-after"]) <= 86400
     with pytest.raises(anthropic.RateLimitError):
         sdk(gateway, bob.secret).messages.create(model=MODEL, max_tokens=8, messages=HELLO)
+
+
+def test_count_tokens_counts_the_prompt_a_message_would_run_and_holds_no_slot(cast, gateway, replica):
+    client = sdk(gateway, cast["alice"].secret)
+    counted = client.messages.count_tokens(model=MODEL, system="You are brief.", messages=HELLO)
+    ran = client.messages.create(model=MODEL, max_tokens=4, system="You are brief.", messages=HELLO)
+    assert counted.input_tokens == ran.usage.input_tokens > 5
+    raw = httpx.post(gateway.url + "/v1/messages/count_tokens", json={"model": MODEL}, timeout=30,
+                     headers={"x-api-key": cast["alice"].secret})
+    assert "messages" in assert_anthropic_error(raw, 400, "invalid_request_error")
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="nowhere", messages=HELLO)
