@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from fairness.models import Replica
+from fairness.models import ApiKey, Budget, Replica
 from fairness.scheduling.live_counts import person_load
 from fairness.store.redis_clients import redis_sync
 from tests.support.cast import EMBEDDING_MODEL, MODEL
@@ -168,3 +168,14 @@ def test_bad_responses_bodies_get_openai_shaped_400s_naming_the_field(cast, gate
     assert_error(httpx.get(gateway.url + "/v1/responses/resp_x/input_items", headers=headers, timeout=30), 404,
                  "unknown_url")
     assert respond(gateway, alice, {"model": MODEL, "input": "fine", "max_output_tokens": 4}).status_code == 200
+
+
+def test_a_budget_counts_response_tokens(cast, gateway, replica):
+    bob = cast["bob"]
+    Budget.objects.create(key=ApiKey.objects.get(pk=bob.key_id), tokens=150, period=Budget.Period.DAY)
+    body = {"model": MODEL, "input": "the quick brown fox jumps over the lazy dog " * 9, "max_output_tokens": 8}
+    answers = [respond(gateway, bob, body) for _ in range(4)]  # about 110 tokens each
+    assert answers[0].status_code == 200
+    refused = next(a for a in answers if a.status_code != 200)
+    assert_error(refused, 429, "budget_exceeded")
+    assert respond(gateway, cast["alice"], body).status_code == 200  # alice's own budget is untouched
