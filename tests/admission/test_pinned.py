@@ -9,7 +9,7 @@ import asyncio
 from collections import Counter
 
 from fairness.scheduling.live_counts import group_of, pinned_group
-from tests.support.admission import admitted, alice, bob, carol, enqueue, granted, like, start
+from tests.support.admission import admitted, alice, bob, carol, enqueue, eventually, granted, like, start
 
 GROUP = alice.group
 PINNED = pinned_group(GROUP, "r0")
@@ -78,3 +78,22 @@ async def test_pinned_and_free_demands_from_two_processes_never_overfill_a_repli
         await asyncio.wait([t for t in tasks if not t.done()] or tasks, timeout=5,
                            return_when=asyncio.FIRST_COMPLETED)
     assert all(getattr(t, "released", False) for t in tasks)
+
+
+async def test_a_pinned_demand_has_a_borrower_on_its_replica_asked_back_and_no_other(make_admission):
+    gateway, runner = await make_admission(), await make_admission()
+    heard: list[str] = []
+    runner.on_revoke = heard.append
+    await gateway.set_capacity(GROUP, {"r0": 2, "r1": 2})
+    batch = like(carol, revocable=True, per_key_cap=1000, max_queued_per_key=1000)
+    lines = [await admitted(runner, batch) for _ in range(4)]  # nobody chats: redoable work fills both
+    on_r0 = {g.lease_id: g for g in lines if g.replica == "r0"}
+    assert len(on_r0) == 2
+
+    pinned = await enqueue(gateway, like(alice, group=PINNED))
+    await eventually(lambda: heard, what="a lease asked back")
+    assert len(heard) == 1 and heard[0] in on_r0  # one, and on the pin's replica
+    await runner.release(on_r0[heard[0]])
+    assert (await granted(pinned)).replica == "r0"
+    await gateway.stats()  # pumps again: nothing more is asked once the pin has its slot
+    assert len(heard) == 1

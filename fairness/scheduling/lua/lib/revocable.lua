@@ -43,11 +43,35 @@ local function chat_waits(group)
   redis.call('HSET', NS .. KEY.chat_activity, group, at, group .. '|spare', level, group .. '|spare_at', at)
 end
 
+-- A pin's eligible tickets may run only on its replica (lib/replicas.lua): ask the group's
+-- revocable borrowers running there, newest first, for as many slots as wait beyond the replica's
+-- free ones. An asked lease leaves revocable_leases, so it is asked once; its group counts it
+-- pending until it is given back, as for its own asks.
+local function ask_back_on(main, replica, pin)
+  if redis.call('ZCARD', NS .. KEY.revocable_leases .. main) == 0 then return end
+  if redis.call('HEXISTS', NS .. KEY.group_hold, main) == 1 then return end
+  local wanted = redis.call('ZCARD', NS .. KEY.eligible .. pin) - free_slots(pin)
+  if wanted <= 0 then return end
+  for _, handle in ipairs(redis.call('ZRANGE', NS .. KEY.revocable_leases .. main, 0, -1, 'REV')) do
+    local l = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.replica, FIELD.channel)
+    if l[1] == replica and l[2] then
+      redis.call('ZREM', NS .. KEY.revocable_leases .. main, handle)
+      redis.call('HSET', NS .. KEY.lease .. handle, FIELD.asked_back, 1)
+      hincr(KEY.revocations_pending, main, 1)
+      redis.call('PUBLISH', l[2], 'revoke|' .. handle)
+      wanted = wanted - 1
+      if wanted <= 0 then return end
+    end
+  end
+end
+
 -- Fewer slots are free than the spare plus one per eligible ticket waiting: ask revocable
 -- borrowers to give slots back, beyond the asks still outstanding. Not while a restart hold
 -- makes the group look full. `came`: a request within its caps was just granted (recorded only
 -- while revocable leases run: otherwise nothing is asked, and the grant costs no command more).
 local function ask_revocable(group, came)
+  local main, pinned = pin_parts(group)
+  if pinned then return ask_back_on(main, pinned, group) end
   if redis.call('ZCARD', NS .. KEY.revocable_leases .. group) == 0 then return end
   if came then chat_came(group) end
   if redis.call('HEXISTS', NS .. KEY.group_hold, group) == 1 then return end
