@@ -66,6 +66,18 @@ _TOKENIZER_WORDS = ("vLLM's tokenizer, on a healthy replica of the model: no eng
                     "or is charged; a requests-per-minute limit of the key's tier still counts it.")
 
 
+def _anthropic_errors(*statuses: int) -> dict[str, Any]:
+    """The errors of the Messages routes, in Anthropic's shape (gateway/anthropic_shape.py)."""
+    schema = {
+        "type": "object", "required": ["type", "error"],
+        "properties": {"type": {"type": "string", "enum": ["error"]},
+                       "error": {"type": "object", "required": ["type", "message"],
+                                 "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
+    }
+    return {status: {"description": answer["description"], "content": {"application/json": {"schema": schema}}}
+            for status, answer in _errors(*statuses).items()}
+
+
 def _json_post(operation: str, summary: str, description: str, schema: dict[str, Any], *errors: int) -> dict[str, Any]:
     """A POST that takes a JSON body and answers the engine's JSON."""
     return {
@@ -276,13 +288,7 @@ PATHS: dict[str, Any] = {
                                    "`stream` is true.",
                     "content": {"application/json": {"schema": {"type": "object"}},
                                 "text/event-stream": {"schema": {"type": "string"}}}},
-            **{status: {"description": answer["description"], "content": {"application/json": {"schema": {
-                "type": "object", "required": ["type", "error"],
-                "properties": {"type": {"type": "string", "enum": ["error"]},
-                               "error": {"type": "object", "required": ["type", "message"],
-                                         "properties": {"type": {"type": "string"},
-                                                        "message": {"type": "string"}}}},
-            }}}} for status, answer in _errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504).items()},
+            **_anthropic_errors(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
         },
     }},
     **{path: {"post": _json_post(operation, summary, _SCORING_WORDS, schema, 400, 401, 403, 404, 408, 413, 429, 502,
@@ -303,17 +309,25 @@ PATHS: dict[str, Any] = {
             "properties": {"model": {"type": "string"}, "prompt": {"type": "string"},
                            "messages": {"type": "array", "items": {"type": "object"}}},
         }),
-        ("/v1/messages/count_tokens", "v1_messages_count_tokens",
-         "Count the prompt tokens of a Messages request (Anthropic's shape; its errors too)", {
-            "type": "object", "required": ["model", "messages"],
-            "properties": {"model": {"type": "string"}, "messages": {"type": "array", "minItems": 1},
-                           "system": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
-        }),
         ("/detokenize", "detokenize", "Turn token ids back into text", {
             "type": "object", "required": ["model", "tokens"],
             "properties": {"model": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}}},
         }),
     )},
+    "/v1/messages/count_tokens": {"post": {
+        **_json_post("v1_messages_count_tokens", "Count the prompt tokens of a Messages request (Anthropic's shape)",
+                     _TOKENIZER_WORDS + " Errors are in Anthropic's shape.", {
+                         "type": "object", "required": ["model", "messages"],
+                         "properties": {"model": {"type": "string"}, "messages": {"type": "array", "minItems": 1},
+                                        "system": {"oneOf": [{"type": "string"}, {"type": "array"}]}},
+                     }),
+        "responses": {
+            "200": {"description": "The prompt's tokens", "content": {"application/json": {"schema": {
+                "type": "object", "required": ["input_tokens"], "properties": {"input_tokens": {"type": "integer"}},
+            }}}},
+            **_anthropic_errors(400, 401, 403, 404, 405, 429, 502, 503),
+        },
+    }},
     "/v1/models": {"get": {
         "tags": [TAG], "operationId": "v1_models_list", "summary": "List the models the key may use",
         "security": _SECURED,
