@@ -70,10 +70,11 @@ def completion_ask(
 
 def demand_of(
     key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0,
-    completion: CompletionAsk | None = None, redoable: bool = False,
+    completion: CompletionAsk | None = None, redoable: bool = False, max_wait: float | None = None,
 ) -> Demand:
     """`redoable`: the request can be sent again without its client noticing (its answer is not
-    streamed), so a slot it borrows may be asked back."""
+    streamed), so a slot it borrows may be asked back. `max_wait`: the client's own bound on its
+    wait in the queue (seconds), within the tier's."""
     tier = key.tier
     return Demand(
         key_id=key.unit,
@@ -84,7 +85,8 @@ def demand_of(
         borrow=tier.borrow_idle_slots,
         max_queued_per_key=tier.max_queued_per_key,
         max_queued_per_tier=tier.max_queued,
-        max_wait_seconds=tier.max_queue_wait_seconds,
+        max_wait_seconds=tier.max_queue_wait_seconds if max_wait is None else min(max_wait,
+                                                                                  tier.max_queue_wait_seconds),
         group=group,
         preference=preference,
         association=key.association,

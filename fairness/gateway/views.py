@@ -43,6 +43,9 @@ BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
 # it named none): the engine was told this many tokens at most.
 LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
 SESSION_HEADER = "x-session-id"
+# The longest a client will wait in the queue (ms): at its end the request leaves it, with 429.
+MAX_QUEUE_HEADER = "x-gpuportal-max-queue-ms"
+MOST_QUEUE_MS = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
     if not serving:
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
     _check_kind(directory.kind(parsed.model), parsed)
+    max_wait = _client_max_wait(request.headers)
     replicas = directory.serving(parsed.model, key.tier.name)
     if not replicas:
         raise ApiError(
@@ -189,7 +193,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
 
     try:
         await lifecycle.admit(demand_of(
-            key, group, _preference(replicas, parsed, request.headers),
+            key, group, _preference(replicas, parsed, request.headers), max_wait=max_wait,
             estimate=request_estimate(parsed, len(body)),
             completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
             if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
@@ -259,6 +263,18 @@ def _check_kind(kind: str | None, parsed: request_parsing.ProxyRequest) -> None:
             400, f"The model '{parsed.model}' is served as a{'n' if kind == EMBEDDING_MODEL else ''} {kind} model: "
             f"send it to {_ENDPOINT_PATHS[kind]}.", "wrong_model_kind", param="model",
         )
+
+
+def _client_max_wait(headers: Mapping[str, str]) -> float | None:
+    """X-GPUPortal-Max-Queue-Ms in seconds, or None when not sent; 400 for anything but whole ms."""
+    raw = headers.get(MAX_QUEUE_HEADER)
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if not raw.isdigit() or not raw.isascii() or int(raw) > MOST_QUEUE_MS:
+        raise ApiError(400, f"X-GPUPortal-Max-Queue-Ms must be a whole number of milliseconds, 0 to {MOST_QUEUE_MS}.",
+                       "invalid_value", param="X-GPUPortal-Max-Queue-Ms")
+    return int(raw) / 1000
 
 
 def _lowered(parsed: request_parsing.ProxyRequest, grant: Grant | None) -> int | None:
