@@ -44,6 +44,7 @@ from redis.exceptions import RedisError, ResponseError
 from fairness.scheduling import fair_share
 from fairness.scheduling.limits import BudgetWindow, CompletionAsk, RateLimit, budget_spec, rate_spec
 from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
+from fairness.scheduling.wait_estimate import Newcomer, QueueView, Replay, parse_view, replay
 from fairness.store import keyspace
 from fairness.store.cancelling import cancel_and_wait
 from fairness.store.redis_lane import Command, RedisLane, first_error
@@ -53,8 +54,10 @@ logger = logging.getLogger(__name__)
 Arg = str | int | float  # a script argument, as Redis takes it
 
 _LUA_DIR = Path(__file__).with_name("lua")
-_SCRIPTS = ("acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore", "rate")
-_LIB_PARTS = ("state", "replicas", "fair_share", "limits", "queue", "revocable", "upkeep")
+_SCRIPTS = (
+    "acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore", "rate", "queue_view",
+)
+_LIB_PARTS = ("state", "replicas", "fair_share", "limits", "pace", "queue", "revocable", "upkeep")
 # The long entry scripts' own arguments, in order from ARGV[5] (ARGV[1..4] are every call's: see
 # _args). Named once, here: calls pass them by name, and each script reads them by name too
 # (ARGV[ACQUIRE.key]), from the Lua table library_head() makes of its tuple.
@@ -70,6 +73,7 @@ NAMED_ARGUMENTS = {"acquire": ACQUIRE_ARGUMENTS, "release": RELEASE_ARGUMENTS, "
 _FIRST_ARGUMENT = 5
 # Clients (the OpenAI SDK among them) stop honouring Retry-After beyond a minute or so.
 _MAX_RETRY_AFTER = 30
+_MOST_RETRY_AFTER = 60  # where the wait estimate says when
 # Handles per upkeep call: one script call must not block Redis for long (~1.5 ms per 500).
 _TICK_BATCH = 500
 # After Redis restarted empty, grants wait this long (s) so that every gateway process can count
@@ -82,6 +86,23 @@ RESTART_HOLD_SECONDS = 0.75
 # interval later: a refused connection costs nothing, and the sooner a process is back the less of
 # the restart hold it uses.
 _UPKEEP_RETRY_SECONDS = 0.05
+
+
+# A process replays a group's queue for its waiting requests' estimates at most this often (s).
+_REPLAY_MAX_AGE = 0.5
+
+
+def new_handle() -> str:
+    """A lease id (and its ticket's handle)."""
+    return os.urandom(16).hex()
+
+
+def retry_after_seconds(estimate: float | None) -> int:
+    """A wait estimate as a Retry-After: whole seconds, at least 1, at most a minute (clients
+    stop honouring longer ones; the queue may also move faster than estimated)."""
+    if estimate is None:
+        return _MOST_RETRY_AFTER
+    return max(1, min(_MOST_RETRY_AFTER, math.ceil(estimate)))
 
 
 class Reply(IntEnum):
@@ -231,6 +252,9 @@ class Demand:
     # With budgets: its completion, limited to what they leave (the grant's completion_limit), and
     # the estimate reserved is then that limit's (the grant's demand carries it).
     completion: CompletionAsk | None = None
+    # The client bounded its wait itself (max_wait_seconds is its bound): when the wait estimate
+    # says it will not start in time, it is refused at once (WillNotStartInTime), not at its bound.
+    refuse_if_late: bool = False
 
 
 @dataclass(frozen=True)
@@ -304,6 +328,15 @@ class RateLimited(AdmissionRefused):
 class QueueTimeout(AdmissionRefused):
     """No slot within ``max_wait_seconds``; the ticket has left the queue. ``retry_after``: as
     long as it waited, at most 30 s."""
+
+
+class WillNotStartInTime(QueueTimeout):
+    """The wait estimate says the request would still be waiting at the client's own bound
+    (``estimate``: seconds, None beyond the estimator's horizon); it never queued for long."""
+
+    def __init__(self, message: str, retry_after: int, estimate: float | None) -> None:
+        super().__init__(message, retry_after)
+        self.estimate = estimate
 
 
 class _Turn(NamedTuple):
@@ -432,6 +465,7 @@ class Admission:
         self._listener: asyncio.Task[None] | None = None
         self._listen_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
+        self._replays: dict[str, tuple[float, Replay]] = {}  # group -> (when, its latest replay)
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -461,13 +495,53 @@ class Admission:
         self._stated_on[group] = self._lane.connections_opened  # the connection that carried it
         return int(reply) >= 0
 
-    async def acquire(self, demand: Demand) -> Grant:
+    async def acquire(self, demand: Demand, handle: str | None = None) -> Grant:
         """Wait for a lease on one of the group's replicas. Cancelling the caller removes its
         ticket at once (or releases the lease it was granted meanwhile). Raises QueueFull (its
-        key's, its tier's or the deployment's queue is full), QueueTimeout, BudgetExceeded or
-        RateLimited."""
+        key's, its tier's or the deployment's queue is full), QueueTimeout (WillNotStartInTime
+        among them), BudgetExceeded or RateLimited. `handle`: the lease id to use (new_handle()),
+        for a caller that asks about its ticket (ticket_wait) while this waits."""
         _check(demand)
-        return await self._wait_for_lease(demand, os.urandom(16).hex(), self._clock(), moving=False)
+        return await self._wait_for_lease(demand, handle or new_handle(), self._clock(), moving=False)
+
+    # -- wait estimates -------------------------------------------------------------------------
+
+    async def queue_view(self, group: str, key: str = "", association: str = "", weight: float = 0.0) -> QueueView:
+        """The group's admission state for the wait estimate (queue_view.lua); `key`'s caps and
+        the fair-share delay of `association` at `weight` included."""
+        reply = await self._call("queue_view", group, key, association, repr(float(weight)))
+        return parse_view(reply, group, self._clock(), self._reserve)
+
+    async def wait_for_new(self, demand: Demand) -> Replay:
+        """The replay of the demand's group with a request like `demand` arriving now: its
+        newcomer_eta is how long it would wait."""
+        view = await self.queue_view(demand.group, demand.key_id, demand.association, demand.fairshare_weight)
+        newcomer = Newcomer(demand.key_id, demand.tier, demand.head_start_seconds, demand.per_key_cap, view.delay,
+                            demand.borrow)
+        return replay(view, self._clock(), newcomer)
+
+    async def group_replay(self, group: str, max_age: float = _REPLAY_MAX_AGE) -> Replay:
+        """Every waiting ticket's estimate in `group`, replayed at most every `max_age` seconds
+        by this process however many callers ask."""
+        now = self._clock()
+        kept = self._replays.get(group)
+        if kept is not None and now - kept[0] < max_age:
+            return kept[1]
+        result = replay(await self.queue_view(group), self._clock())
+        self._replays[group] = (now, result)
+        return result
+
+    async def ticket_wait(self, group: str, handle: str) -> tuple[int, float | None] | None:
+        """(requests ahead, seconds still to wait) of this process's waiting ticket `handle`, or
+        None when it is not waiting (granted, gone, or not queued yet)."""
+        if handle not in self._queued:
+            return None
+        result = await self.group_replay(group)
+        if handle not in result.position:  # queued after that replay
+            result = await self.group_replay(group, max_age=0)
+        if handle not in result.position:
+            return None
+        return result.position[handle], result.eta[handle]
 
     async def move(self, grant: Grant, avoid: str) -> Grant:
         """The replica of `grant` failed its request before answering: give its slot back and
@@ -534,6 +608,8 @@ class Admission:
                     in_redis = False
                     raise _queue_full(demand, self._max_queued_total, text(reply[2]), int(reply[1]))
                 self._queued.add(handle)
+                if demand.refuse_if_late and not moving:
+                    await self._refuse_if_late(demand, handle, deadline)
                 self._wake_keeper(sooner=len(self._queued) == 1)
                 self._upkeep_after_hold(float(text(reply[2])) if len(reply) > 2 else 0.0)
                 waited = await self._wait_turn(handle, future, deadline)
@@ -565,6 +641,21 @@ class Admission:
         self._held[handle] = grant
         self._wake_keeper()
         return grant
+
+    async def _refuse_if_late(self, demand: Demand, handle: str, deadline: float) -> None:
+        """The client's bound is shorter than the wait estimate: refuse now, with the estimate."""
+        result = await self.group_replay(demand.group, max_age=0)
+        if handle not in result.eta:
+            return  # granted meanwhile
+        estimate = result.eta[handle]
+        if estimate is not None and estimate <= deadline - self._clock():
+            return
+        said = "over an hour" if estimate is None else f"about {estimate:.1f} s"
+        raise WillNotStartInTime(
+            f"This request would wait {said} for a slot, longer than the {demand.max_wait_seconds * 1000:.0f} ms "
+            "its X-GPUPortal-Max-Queue-Ms allows; it was not queued.",
+            retry_after_seconds(estimate), estimate,
+        )
 
     def _queue_bounds(self, demand: Demand, bounded: bool) -> tuple[int, int]:
         """acquire's tier and total bounds (-1: none)."""

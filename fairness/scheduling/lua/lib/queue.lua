@@ -177,9 +177,12 @@ end
 
 -- Give a lease back. `moving`: its request goes straight back to the queue (its replica failed
 -- it), so its key's cap has not really opened and its other waiting tickets gain no rank.
+-- Returns the lease's {key, pool, group, borrowed, replica, association, estimate, revocable,
+-- asked_back, granted_at}, or false when it was gone.
 local function free(handle, moving)
   local l = redis.call('HMGET', NS .. KEY.lease .. handle, FIELD.key, FIELD.pool, FIELD.group,
-    FIELD.borrowed, FIELD.replica, FIELD.association, FIELD.estimate, FIELD.revocable, FIELD.asked_back)
+    FIELD.borrowed, FIELD.replica, FIELD.association, FIELD.estimate, FIELD.revocable, FIELD.asked_back,
+    FIELD.granted_at)
   redis.call('ZREM', NS .. KEY.lease_expiry, handle)
   if not l[1] then return false end
   redis.call('DEL', NS .. KEY.lease .. handle)
@@ -197,7 +200,7 @@ local function free(handle, moving)
   DIRTY[l[3]] = true
   if was_capped and not moving then key_cap_opened(l[1]) else refresh_key(l[1]) end
   refresh_pool(l[2])
-  return true
+  return l
 end
 
 local function grant(member, group)

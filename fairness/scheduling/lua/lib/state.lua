@@ -1,6 +1,6 @@
 -- lib/: helpers shared by every admission script, in parts that admission.py joins in this order:
 -- state (here: the contract, the key layout, the call's state), replicas, fair_share, limits,
--- queue, revocable, upkeep; a part may use what the parts before it define. Not run on their own:
+-- pace, queue, revocable, upkeep; a part may use what the parts before it define. Not run on their own:
 -- admission.py loads them once as the head of a Redis function library, and registers each entry
 -- script as a function of it that calls begin(KEYS, ARGV) first, so the contract below holds for
 -- all of them. (Loaded once, the helpers' closures are not built again on every call, as a
@@ -103,6 +103,9 @@ local KEY = {
   -- Budgets and rate limits (lib/limits.lua):
   budget_window = 'bw:',            -- bw:<field>  hash: one budget window's counters (FIELD below)
   rate_limits = 'rl',               -- hash limit name -> its theoretical arrival time (GCRA)
+  -- The wait estimate's measures (lib/pace.lua):
+  service_seconds = 'svc',          -- hash "p|g" -> mean seconds a lease is held
+  arrival_rate = 'arr',             -- hash "p|g" -> "decayed count|at|head start"
 }
 
 -- Hash fields, short on the wire like the keys. Lease (l:h) and ticket (t:h) hashes:

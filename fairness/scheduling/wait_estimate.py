@@ -1,0 +1,334 @@
+"""How long a waiting request will still wait: admission replayed forward from a snapshot.
+
+A queue's length says little here. Admission grants in its own order (head starts, ageing, fair
+share), skips a ticket whose person or tier is at its cap, lets the tickets of a person whose cap
+just opened age only from then, and lets interactive requests that arrive later overtake a batch
+ticket until it has aged past them. So the estimate replays exactly that, on the group's slots,
+from queue_view.lua's snapshot:
+
+- each running lease ends after the mean hold time measured for its tier (lib/pace.lua), less
+  its age (a lease asked back, or redoable work a chat is waiting for, ends at once);
+- each slot that frees goes to the best ticket admission would grant then;
+- requests keep arriving at each tier's measured rate, and join the line at their own score.
+
+Every waiting ticket's estimate comes from one replay, so a process replays a group at most a few
+times a second however many requests watch it. Pure Python, no Redis or Django: the clock is the
+caller's ``now``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fairness.scheduling.live_counts import group_of, pairs, text
+
+# A running lease older than its tier's mean hold time still has this share of one to go: long
+# answers are late, not done.
+_OVERDUE_SHARE = 0.25
+# A redoable lease asked back (or about to be, a chat waiting for it) gives its slot up this soon (s).
+_GIVE_BACK_SECONDS = 0.2
+# The hold time assumed for a tier never measured yet, when nothing is measured on the group (s).
+_UNMEASURED_SECONDS = 1.0
+# Arrivals forget with this time constant (s): lib/pace.lua's ARRIVAL_SECONDS.
+_ARRIVAL_SECONDS = 30.0
+# A tier arriving slower than this (per second) is not expected to come in ahead.
+_LEAST_RATE = 1 / 600
+# How far the replay looks (s) and how many grants it makes at most: beyond, the wait is "longer
+# than the horizon" (None).
+HORIZON_SECONDS = 3600.0
+_MOST_STEPS = 20_000
+
+
+@dataclass(frozen=True)
+class Running:
+    key: str
+    pool: str
+    granted_at: float
+    gives_back: bool  # asked back, or redoable (revocable): ends as soon as a chat needs its slot
+    revocable: bool
+
+
+@dataclass(frozen=True)
+class Waiting:
+    handle: str
+    order: int  # arrival number: equal scores go by arrival
+    key: str
+    pool: str
+    stream: str  # "key|pool|group": its stream's floor applies
+    enqueued_at: float
+    head_start: float
+    borrow: bool
+    revocable: bool
+    delay: float  # fair-share delay (s) added to its score
+    deadline: float
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """One group's admission state, as queue_view.lua returns it."""
+
+    group: str
+    capacity: int
+    hold_until: float
+    running: tuple[Running, ...]
+    waiting: tuple[Waiting, ...]
+    key_in_flight: dict[str, int]
+    key_cap: dict[str, int]
+    pool_in_flight: dict[str, int]
+    pool_cap: dict[str, int]
+    floors: dict[str, float]
+    service: dict[str, float]  # pool -> mean seconds a lease is held
+    arrivals: dict[str, tuple[float, float]]  # pool -> (requests per second, head start)
+    delay: float = 0.0  # the fair-share delay of the newcomer asked about
+    reserve: int = 0
+
+
+@dataclass(frozen=True)
+class Newcomer:
+    """A request that would arrive now: its person's unit, tier, head start and fair-share delay."""
+
+    key: str
+    pool: str
+    head_start: float
+    cap: int  # its person's concurrency cap in its tier
+    delay: float = 0.0
+    borrow: bool = False
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Seconds from now until each waiting ticket is granted, and how many of those waiting now go
+    first (None: not within the horizon)."""
+
+    eta: dict[str, float | None]
+    position: dict[str, int]
+    newcomer_eta: float | None = None
+    drain_per_second: float = 0.0  # slots the group frees per second, at the pace measured
+
+    def wait_of(self, handle: str) -> float | None:
+        return self.eta.get(handle)
+
+
+def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -> QueueView:
+    """queue_view.lua's reply for `group` (its pins included)."""
+    head, leases, tickets, keys, pools, floors, service, arrivals, delay = reply
+    main = group_of(group)
+    running = tuple(
+        Running(text(leases[i]), text(leases[i + 1]), float(text(leases[i + 2])),
+                text(leases[i + 3]) == "1" or text(leases[i + 4]) == "1", text(leases[i + 3]) == "1")
+        for i in range(0, len(leases), 5)
+    )
+    waiting = tuple(
+        Waiting(
+            handle=text(tickets[i]), order=int(text(tickets[i + 1]).split(":", 1)[0]), key=text(tickets[i + 2]),
+            pool=text(tickets[i + 3]), stream="|".join(text(part) for part in tickets[i + 2:i + 5]),
+            enqueued_at=float(text(tickets[i + 5])), head_start=float(text(tickets[i + 6])),
+            borrow=text(tickets[i + 7]) == "1", revocable=text(tickets[i + 8]) == "1",
+            delay=float(text(tickets[i + 9])), deadline=float(text(tickets[i + 10]) or "inf"),
+        )
+        for i in range(0, len(tickets), 11)
+    )
+    key_rows = [(text(keys[i]), int(text(keys[i + 1])), int(text(keys[i + 2]))) for i in range(0, len(keys), 3)]
+    pool_rows = [(text(pools[i]), int(text(pools[i + 1])), text(pools[i + 2])) for i in range(0, len(pools), 3)]
+    return QueueView(
+        group=main, capacity=int(text(head[0])), hold_until=float(text(head[1]) or 0),
+        running=running, waiting=waiting,
+        key_in_flight={k: n for k, n, _ in key_rows}, key_cap={k: cap for k, _, cap in key_rows},
+        pool_in_flight={p: n for p, n, _ in pool_rows}, pool_cap={p: int(cap) for p, _, cap in pool_rows if cap},
+        floors={name: float(value) for name, value in pairs(floors).items()},
+        service=_per_pool(pairs(service), main, float),
+        arrivals=_per_pool(pairs(arrivals), main, lambda stored: _rate(stored, now)),
+        delay=float(text(delay)), reserve=reserve,
+    )
+
+
+def _per_pool(stored: dict[str, str], main: str, read: Any) -> dict[str, Any]:
+    """Fields "pool|group" of this group (or one of its pins) by pool."""
+    out: dict[str, Any] = {}
+    for name, value in stored.items():
+        pool, _, group = name.rpartition("|")
+        if group_of(group) == main and pool not in out:
+            out[pool] = read(value)
+    return out
+
+
+def _rate(stored: str, now: float) -> tuple[float, float]:
+    count, at, head_start = stored.split("|")
+    decayed = float(count) * math.exp(-max(0.0, now - float(at)) / _ARRIVAL_SECONDS)
+    return decayed / _ARRIVAL_SECONDS, float(head_start)
+
+
+@dataclass
+class _Ticket:
+    """A ticket in the replay: waiting now, a newcomer, or one expected to arrive."""
+
+    base: float  # its score before floors: enqueued_at - head start + fair-share delay
+    order: float  # arrival number (an expected arrival's: its arrival time)
+    handle: str
+    key: str | None  # None: an expected arrival, whose person is unknown
+    pool: str
+    stream: str
+    head_start: float
+    borrow: bool
+    revocable: bool
+
+
+class _Slots:
+    """The replay's state: what runs, who is at a cap, which streams have a floor."""
+
+    def __init__(self, view: QueueView) -> None:
+        self.view = view
+        self.key_in_flight = dict(view.key_in_flight)
+        self.key_cap = dict(view.key_cap)
+        self.pool_in_flight = dict(view.pool_in_flight)
+        self.floors = dict(view.floors)
+        measured = list(view.service.values())
+        self.fallback = sum(measured) / len(measured) if measured else _UNMEASURED_SECONDS
+
+    def service(self, pool: str) -> float:
+        return self.view.service.get(pool, self.fallback)
+
+    def open_for(self, ticket: _Ticket) -> bool:
+        key_open = ticket.key is None or self.key_in_flight.get(ticket.key, 0) < self.key_cap.get(ticket.key, 0)
+        cap = self.view.pool_cap.get(ticket.pool)
+        return key_open and (cap is None or self.pool_in_flight.get(ticket.pool, 0) < cap)
+
+    def score(self, ticket: _Ticket) -> float:
+        floor = self.floors.get(ticket.stream)
+        return ticket.base if floor is None else max(ticket.base, floor)
+
+    def take(self, ticket: _Ticket) -> None:
+        if ticket.key is not None:
+            self.key_in_flight[ticket.key] = self.key_in_flight.get(ticket.key, 0) + 1
+        self.pool_in_flight[ticket.pool] = self.pool_in_flight.get(ticket.pool, 0) + 1
+
+    def end(self, key: str | None, pool: str, at: float, waiting: Iterable[_Ticket]) -> None:
+        """A lease ends at `at`. A person at their cap whose tickets wait: they age from now on."""
+        if key is not None:
+            at_cap = self.key_in_flight.get(key, 0) >= self.key_cap.get(key, 0)
+            self.key_in_flight[key] = self.key_in_flight.get(key, 0) - 1
+            if at_cap:
+                for ticket in waiting:
+                    if ticket.key == key:
+                        self.floors[ticket.stream] = at - ticket.head_start
+        self.pool_in_flight[pool] = self.pool_in_flight.get(pool, 0) - 1
+
+
+def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Replay:
+    """Grant the group's waiting tickets (and `newcomer`, if given) in admission's order as its
+    slots free up, at the measured pace, until all of them have a slot or the horizon is reached."""
+    slots = _Slots(view)
+    chats_wait = any(not w.revocable for w in view.waiting) or newcomer is not None
+    start = max(now, view.hold_until)
+    ends: list[tuple[float, int, str | None, str]] = []  # (when, tie, key, pool) of each running lease
+    for i, lease in enumerate(view.running):
+        mean = slots.service(lease.pool)
+        left = max(mean - (now - lease.granted_at), mean * _OVERDUE_SHARE)
+        if lease.gives_back and (chats_wait or not lease.revocable):
+            left = min(left, _GIVE_BACK_SECONDS)
+        ends.append((max(start, now + left), i, lease.key, lease.pool))
+    heapq.heapify(ends)
+    tie = len(ends)
+    free = max(0, view.capacity - len(view.running))
+
+    waiting = [
+        _Ticket(w.enqueued_at - w.head_start + w.delay, w.order, w.handle, w.key, w.pool, w.stream, w.head_start,
+                w.borrow, w.revocable)
+        for w in view.waiting
+    ]
+    targets = {w.handle for w in view.waiting}
+    if newcomer is not None:
+        name = "\x00newcomer"
+        waiting.append(_Ticket(now - newcomer.head_start + newcomer.delay, math.inf, name, newcomer.key,
+                               newcomer.pool, f"{newcomer.key}|{newcomer.pool}|{view.group}", newcomer.head_start,
+                               newcomer.borrow, False))
+        targets.add(name)
+        slots.key_cap[newcomer.key] = newcomer.cap
+    latest = max((t.base for t in waiting), default=now)
+    arrivals = _expected_arrivals(view, now, latest)
+
+    eta: dict[str, float | None] = dict.fromkeys(targets)
+    position: dict[str, int] = {}
+    granted_now = 0  # tickets waiting now granted so far
+    t = start
+    for _ in range(_MOST_STEPS):
+        while arrivals and arrivals[0].order <= t:
+            waiting.append(arrivals.popleft())
+        while free > 0 and waiting:
+            chosen = _next(waiting, slots, free, view.reserve)
+            if chosen is None:
+                break
+            waiting.remove(chosen)
+            free -= 1
+            slots.take(chosen)
+            heapq.heappush(ends, (t + slots.service(chosen.pool), tie, chosen.key, chosen.pool))
+            tie += 1
+            if chosen.handle in targets:
+                eta[chosen.handle] = t - now
+                targets.discard(chosen.handle)
+                position[chosen.handle] = granted_now
+                granted_now += 1
+        if not targets:
+            break
+        next_end = ends[0][0] if ends else math.inf
+        next_arrival = arrivals[0].order if arrivals else math.inf
+        t = min(next_end, next_arrival)
+        if t - now > HORIZON_SECONDS:
+            break
+        if next_end <= next_arrival:
+            _, _, key, pool = heapq.heappop(ends)
+            slots.end(key, pool, t, waiting)
+            free += 1
+    for handle in targets:  # not granted within the horizon: behind everyone granted
+        position[handle] = granted_now
+    newcomer_eta = eta.pop("\x00newcomer", None)
+    position.pop("\x00newcomer", None)
+    return Replay(eta, position, newcomer_eta, _drain(view, slots))
+
+
+def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int) -> _Ticket | None:
+    """The ticket admission grants next: the best-scored one within its caps, else (with room
+    beyond the reserve) the best-scored one that may borrow."""
+    best: _Ticket | None = None
+    best_score = math.inf
+    for ticket in waiting:
+        if slots.open_for(ticket):
+            score = slots.score(ticket)
+            if score < best_score or (score == best_score and best is not None and ticket.order < best.order):
+                best, best_score = ticket, score
+    if best is not None or free - 1 < reserve:
+        return best
+    borrowers = [t for t in waiting if t.borrow]
+    return min(borrowers, key=lambda t: (slots.score(t), t.order), default=None)
+
+
+def _expected_arrivals(view: QueueView, now: float, latest: float) -> deque[_Ticket]:
+    """The requests expected to arrive, evenly at each tier's rate, that could go ahead of a
+    ticket waiting now (scored below the latest score waiting), within the horizon."""
+    out: list[_Ticket] = []
+    for pool, (rate, head_start) in view.arrivals.items():
+        if rate < _LEAST_RATE:
+            continue
+        until = min(latest + head_start, now + HORIZON_SECONDS)
+        count = min(int((until - now) * rate), _MOST_STEPS)
+        for i in range(1, count + 1):
+            at = now + i / rate
+            out.append(_Ticket(at - head_start, at, f"\x00arrival {pool} {i}", None, pool, f"\x00{pool}", head_start,
+                               False, False))
+    out.sort(key=lambda t: t.order)
+    return deque(out)
+
+
+def _drain(view: QueueView, slots: _Slots) -> float:
+    """Slots the group frees per second at full load, at the pace measured: each slot once per
+    mean hold time of the tier that holds it now (an idle one at the group's mean)."""
+    if view.capacity <= 0:
+        return 0.0
+    held = [slots.service(lease.pool) for lease in view.running]
+    held += [slots.fallback] * max(0, view.capacity - len(held))
+    return sum(1 / max(seconds, 1e-3) for seconds in held[: view.capacity])

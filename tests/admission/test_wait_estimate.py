@@ -1,0 +1,124 @@
+"""The wait estimate over real Redis: the pace admission measures, the snapshot the estimate
+replays, its positions against the order of real grants, and a client's bound refused at once
+when the estimate says it would be missed. (The replay itself: tests/wait_estimate/.)"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from fairness.scheduling.admission import Admission, WillNotStartInTime, new_handle
+from tests.support.admission import (
+    GROUP,
+    FakeClock,
+    admitted,
+    alice,
+    bob,
+    carol,
+    enqueue,
+    granted,
+    like,
+    queued,
+    until_queued,
+)
+
+zed = like(alice, key_id="zed")
+
+
+async def hold_for(admission: Admission, clock: FakeClock, seconds: float, n: int = 1) -> None:
+    """n requests of the interactive tier, each holding the slot `seconds` of the clock while the
+    next one waits for it (the pace is measured while anyone waits); the group has one slot."""
+    holder = await admitted(admission, like(alice, key_id="pacer-0"))
+    for i in range(1, n + 1):
+        task = await enqueue(admission, like(alice, key_id=f"pacer-{i}"))
+        clock.advance(seconds)
+        await admission.release(holder)
+        holder = await granted(task)
+    await admission.release(holder)
+
+
+async def test_the_pace_is_measured_per_tier_at_release(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0, n=3)
+    lone = await admitted(admission, zed)  # nobody waits for it: not measured
+    clock.advance(100.0)
+    await admission.release(lone)
+    clock.advance(-100.0)
+    view = await admission.queue_view(GROUP)
+    assert view.service["interactive"] == pytest.approx(10.0)
+    assert "batch" not in view.service
+    # Three interactive requests queued, 30, 20 and 10 s ago: a count decayed with a 30 s time
+    # constant. (The first was granted at once: it counts for nothing.)
+    rate, head_start = view.arrivals["interactive"]
+    assert rate == pytest.approx(sum(math.exp(-age / 30) for age in (30, 20, 10)) / 30, rel=0.01)
+    assert head_start == 600.0
+
+
+async def test_positions_follow_admissions_order_and_grants_come_in_that_order(
+    admission: Admission, clock: FakeClock
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+    clock.advance(4.0)
+    handles = {"carol": new_handle(), "bob": new_handle()}
+    carol_task = asyncio.get_running_loop().create_task(admission.acquire(carol, handles["carol"]))
+    await until_queued(admission, "carol")
+    clock.advance(1.0)
+    bob_task = asyncio.get_running_loop().create_task(admission.acquire(bob, handles["bob"]))
+    await until_queued(admission, "bob")
+    bob_wait = await admission.ticket_wait(GROUP, handles["bob"])
+    carol_wait = await admission.ticket_wait(GROUP, handles["carol"])
+    # bob arrived later but his head start puts him first; zed's lease has 5 s of its 10 left.
+    assert bob_wait == (0, pytest.approx(5.0, abs=0.01))
+    # carol waits for bob's 10 s too, and for chats expected meanwhile (they overtake her).
+    assert carol_wait is not None and carol_wait[0] == 1 and carol_wait[1] is not None
+    assert carol_wait[1] >= 15.0 - 0.01
+    await admission.release(blocker)
+    first = await granted(bob_task)
+    assert not carol_task.done()
+    assert await admission.ticket_wait(GROUP, handles["bob"]) is None  # no longer waiting
+    await admission.release(first)
+    await admission.release(await granted(carol_task))
+
+
+async def test_a_client_bound_below_the_estimate_is_refused_at_once(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+    hasty = like(alice, max_wait_seconds=2.0, refuse_if_late=True)
+    with pytest.raises(WillNotStartInTime) as refused:
+        await asyncio.wait_for(admission.acquire(hasty), 5)
+    assert refused.value.estimate == pytest.approx(10.0, abs=0.01)
+    assert refused.value.retry_after == 10
+    assert await queued(admission, "alice") == 0  # it left the queue
+    # A bound the estimate fits waits in the queue as usual, and is granted when the slot frees.
+    patient = like(alice, max_wait_seconds=30.0, refuse_if_late=True)
+    task = await enqueue(admission, patient)
+    await admission.release(blocker)
+    await admission.release(await granted(task))
+
+
+async def test_without_a_client_bound_nobody_is_refused_for_the_estimate(
+    admission: Admission, clock: FakeClock
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+    task = await enqueue(admission, like(alice, max_wait_seconds=2.0))  # the tier's own bound
+    await admission.release(blocker)
+    await admission.release(await granted(task))
+
+
+async def test_a_new_requests_wait_is_estimated_for_its_tier(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+    waiting = await enqueue(admission, carol)
+    assert (await admission.wait_for_new(alice)).newcomer_eta == pytest.approx(10.0, abs=0.01)
+    later = (await admission.wait_for_new(like(carol, key_id="dave"))).newcomer_eta
+    assert later is not None and later >= 20.0 - 0.01  # behind carol, and chats may come
+    waiting.cancel()
+    await admission.release(blocker)
