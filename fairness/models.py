@@ -69,6 +69,12 @@ class Tier(models.Model):
         default=False,
         help_text="May exceed its caps with idle engine slots while nobody else is waiting.",
     )
+    queue_events = models.BooleanField(
+        default=True,
+        help_text="A streamed request that waits over GP_QUEUE_EVENTS_AFTER_MS starts its stream and is "
+        "told its place in line every second (SSE comments, which clients ignore); off: it gets a plain "
+        "429 if it times out, and no byte before its answer.",
+    )
     fairshare_weight_seconds = models.FloatField(
         default=300.0,
         validators=[MinValueValidator(0.0)],

@@ -420,6 +420,11 @@ GP_MODEL_CONTEXT_TOKENS = envint("GP_MODEL_CONTEXT_TOKENS", 4096)
 GP_STORED_RESPONSE_DAYS = envfloat("GP_STORED_RESPONSE_DAYS", 30.0)
 if GP_STORED_RESPONSE_DAYS <= 0:
     raise ImproperlyConfigured("GP_STORED_RESPONSE_DAYS must be positive.")
+# A streamed request still waiting for a slot after this long (ms) starts its stream and is told
+# its place in line every second (gateway/queue_events.py), in tiers that have queue events on.
+GP_QUEUE_EVENTS_AFTER_MS = envint("GP_QUEUE_EVENTS_AFTER_MS", 1000)
+if GP_QUEUE_EVENTS_AFTER_MS < 0:
+    raise ImproperlyConfigured("GP_QUEUE_EVENTS_AFTER_MS must be at least 0.")
 # Empty: /metrics is open (keep it on the internal network); set: scrapes need this bearer token.
 GP_METRICS_TOKEN = envstr("GP_METRICS_TOKEN", "")
 

@@ -107,8 +107,8 @@ class GrantWatch:
         self._lines: dict[str, LineInFlight] = {}  # lease id -> its line
         admission.on_revoke = self._revoke
 
-    async def acquire(self, demand: Demand) -> Grant:
-        grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow))
+    async def acquire(self, demand: Demand, handle: str | None = None) -> Grant:
+        grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow), handle)
         self._granted(grant)
         return grant
 

@@ -33,8 +33,10 @@ class ApiError(Exception):
         *,
         param: str | None = None,
         retry_after: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or {}  # its own, beside Retry-After
         self.status = status
         self.message = message
         self.code = code
@@ -57,7 +59,7 @@ class ApiError(Exception):
         )
         if self.retry_after is not None:
             response["Retry-After"] = str(max(1, round(self.retry_after)))
-        for name, value in (headers or {}).items():
+        for name, value in {**self.headers, **(headers or {})}.items():
             response[name] = value
         return response
 

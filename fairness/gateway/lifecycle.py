@@ -21,7 +21,15 @@ from fairness.gateway.request_parsing import ProxyRequest
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
 from fairness.scheduling import fair_share
-from fairness.scheduling.admission import BudgetExceeded, Demand, Grant, QueueFull, QueueTimeout, RateLimited
+from fairness.scheduling.admission import (
+    BudgetExceeded,
+    Demand,
+    Grant,
+    QueueFull,
+    QueueTimeout,
+    RateLimited,
+    WillNotStartInTime,
+)
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.scheduling.limits import CompletionAsk
 from fairness.store.redis_lane import Command, first_error
@@ -68,6 +76,10 @@ def completion_ask(
                          most, min(least, most))
 
 
+# On a 429 refused for the client's own queue bound: how long the wait estimate said it would wait.
+QUEUE_ESTIMATE_HEADER = "X-GPUPortal-Queue-Estimate-Ms"
+
+
 def demand_of(
     key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0,
     completion: CompletionAsk | None = None, redoable: bool = False, max_wait: float | None = None,
@@ -97,6 +109,7 @@ def demand_of(
         rate_limits=key.rate_limits,
         completion=completion if key.budget_rules else None,
         revocable=redoable and tier.borrow_idle_slots,
+        refuse_if_late=max_wait is not None,
     )
 
 
@@ -139,11 +152,12 @@ class RequestLifecycle:
         self.refusal: str | None = None  # why admission answered 429, for the rejection count
         self._closed = False
 
-    async def admit(self, demand: Demand) -> Grant:
-        """Wait for a turn in the ageing queue and a slot on a replica; 429 when the key, its tier
-        or the whole deployment queues too much, or it waits too long."""
+    async def admit(self, demand: Demand, handle: str | None = None) -> Grant:
+        """Wait for a turn in the ageing queue and a slot on a replica (its lease id `handle`, if
+        given); 429 when the key, its tier or the whole deployment queues too much, or it waits
+        too long, or the client's own bound is below the wait estimate."""
         try:
-            self.grant = await self.runtime.admits.acquire(demand)
+            self.grant = await self.runtime.admits.acquire(demand, handle)
         except QueueFull as exc:
             self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
@@ -184,6 +198,9 @@ class RequestLifecycle:
 
     def _timed_out(self, exc: QueueTimeout) -> ApiError:
         self.refusal = "queue_timeout"
+        if isinstance(exc, WillNotStartInTime):
+            estimate = {} if exc.estimate is None else {QUEUE_ESTIMATE_HEADER: str(round(exc.estimate * 1000))}
+            return ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after, headers=estimate)
         return ApiError(429, exc.message, "queue_timeout", retry_after=exc.retry_after)
 
     def bind(self, replica: ReplicaInfo) -> None:

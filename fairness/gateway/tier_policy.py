@@ -26,6 +26,7 @@ class TierPolicy:
     person_tokens_per_minute: int = 0
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    queue_events: bool = True  # a streamed request that waits is told its place (queue_events.py)
 
     @classmethod
     def of(cls, tier: Tier) -> TierPolicy:
@@ -45,4 +46,5 @@ class TierPolicy:
             person_tokens_per_minute=tier.key_tokens_per_minute or 0,
             requests_per_minute=tier.requests_per_minute or 0,
             tokens_per_minute=tier.tokens_per_minute or 0,
+            queue_events=tier.queue_events,
         )

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from fairness.gateway import anthropic_shape, engine_client, request_parsing, stored_responses
+from fairness.gateway import anthropic_shape, engine_client, queue_events, request_parsing, stored_responses
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
@@ -28,7 +29,7 @@ from fairness.gateway.lifecycle import RequestLifecycle, completion_ask, demand_
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
-from fairness.scheduling.admission import Grant
+from fairness.scheduling.admission import Grant, new_handle
 from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, RERANKER_MODEL, ReplicaDirectory, ReplicaInfo
 from fairness.scheduling.live_counts import pinned_group
 from fairness.store.cancelling import cancel_and_wait
@@ -43,7 +44,8 @@ BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
 # it named none): the engine was told this many tokens at most.
 LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
 SESSION_HEADER = "x-session-id"
-# The longest a client will wait in the queue (ms): at its end the request leaves it, with 429.
+# The longest a client will wait in the queue (ms): refused at once (429) when the wait estimate
+# is longer, else it leaves the queue with 429 at its end.
 MAX_QUEUE_HEADER = "x-gpuportal-max-queue-ms"
 MOST_QUEUE_MS = 86_400_000
 
@@ -191,24 +193,35 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             return _streaming(response, replica, lifecycle, parsed, headers, remember)
         return await _whole_response(response, replica, lifecycle, headers, remember)
 
-    try:
-        await lifecycle.admit(demand_of(
-            key, group, _preference(replicas, parsed, request.headers), max_wait=max_wait,
-            estimate=request_estimate(parsed, len(body)),
-            completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
-            if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
-            redoable=not parsed.stream,
-        ))
-        return await _redone_while_revoked(lifecycle, answer)
-    except ApiError as exc:
-        await lifecycle.close(exc.status)
-        raise
-    except asyncio.CancelledError:  # the client left while we waited
-        await asyncio.shield(lifecycle.close(499))
-        raise
-    except BaseException:
-        await asyncio.shield(lifecycle.close(502))
-        raise
+    handle = new_handle()  # its ticket's, so that a stream can tell its place while it waits
+
+    async def admitted_answer() -> HttpResponseBase:
+        try:
+            await lifecycle.admit(demand_of(
+                key, group, _preference(replicas, parsed, request.headers), max_wait=max_wait,
+                estimate=request_estimate(parsed, len(body)),
+                completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
+                if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
+                redoable=not parsed.stream,
+            ), handle)
+            return await _redone_while_revoked(lifecycle, answer)
+        except ApiError as exc:
+            await lifecycle.close(exc.status)
+            raise
+        except asyncio.CancelledError:  # the client left while we waited
+            await asyncio.shield(lifecycle.close(499))
+            raise
+        except BaseException:
+            await asyncio.shield(lifecycle.close(502))
+            raise
+
+    if not (parsed.stream and key.tier.queue_events):
+        return await admitted_answer()
+    return await queue_events.answer_or_wait(
+        admitted_answer(), after=settings.GP_QUEUE_EVENTS_AFTER_MS / 1000,
+        where=functools.partial(runtime.admission.ticket_wait, group, handle),
+        error_event=anthropic_shape.sse_event if parsed.endpoint == request_parsing.MESSAGES else ApiError.sse_event,
+    )
 
 
 async def _redone_while_revoked(

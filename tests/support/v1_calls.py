@@ -31,12 +31,13 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     return error
 
 
-def hanging_chat(gateway, secret: str) -> socket.socket:
+def hanging_chat(gateway, secret: str, headers: dict[str, str] | None = None) -> socket.socket:
     """A chat sent over a socket of its own, its answer never read: with the engine stalled, it
     holds its slot until the socket is shut (shutdown, which a blocked reader's close is not)."""
     body = json.dumps(CHAT).encode()
+    extra = b"".join(f"\r\n{name}: {value}".encode() for name, value in (headers or {}).items())
     conn = socket.create_connection(("127.0.0.1", gateway.port), timeout=60)
     conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret.encode()
-                 + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+                 + extra + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
                  + b"\r\n\r\n" + body)
     return conn
