@@ -488,6 +488,11 @@ class UsageRecord(models.Model):
         default=0, help_text="Prompt tokens the engine found in its prefix cache (already in prompt_tokens).",
     )
     queued_ms = models.PositiveIntegerField(default=0)
+    queue_estimate_ms = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="The wait the gateway estimated when the request queued (empty: it never queued); "
+        "beside queued_ms, how true the estimate was.",
+    )
     ttft_ms = models.PositiveIntegerField(null=True)
     latency_ms = models.PositiveIntegerField(default=0)
     tier = models.CharField(max_length=40, blank=True, help_text="The key's tier when it ran.")

@@ -179,6 +179,7 @@ def _row(event: UsageEvent) -> UsageRecord:
         completion_tokens=event["completion_tokens"],
         cached_tokens=_cached_tokens(event),
         queued_ms=event["queued_ms"],
+        queue_estimate_ms=_queue_estimate(event),
         ttft_ms=event["ttft_ms"],
         latency_ms=event["latency_ms"],
         tier=event.get("tier", "")[:40],
@@ -188,6 +189,12 @@ def _row(event: UsageEvent) -> UsageRecord:
         completion_count_source=str(event.get("completion_count_source", ""))[:12],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
+
+
+def _queue_estimate(event: UsageEvent) -> int | None:
+    """The estimate it queued with, if a whole number of ms at least 0 (else none)."""
+    estimate = event.get("queue_estimate_ms")
+    return estimate if isinstance(estimate, int) and not isinstance(estimate, bool) and estimate >= 0 else None
 
 
 def _cached_tokens(event: UsageEvent) -> int:

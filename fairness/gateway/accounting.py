@@ -54,6 +54,8 @@ class UsageEvent(TypedDict):
     # Of prompt_tokens, those found in the engine's prefix cache; events from before it lack it.
     cached_tokens: NotRequired[int]
     queued_ms: int
+    # The wait estimate made when it queued; absent when it never queued (or none was made).
+    queue_estimate_ms: NotRequired[int]
     ttft_ms: int | None
     latency_ms: int
     at: float

@@ -170,6 +170,8 @@ class RequestLifecycle:
             self.refusal = "rate_limited"
             raise ApiError(429, exc.message, "rate_limited", retry_after=exc.retry_after) from None
         self.event["queued_ms"] = round(self.grant.queued_seconds * 1000)
+        if self.grant.queue_estimate is not None:
+            self.event["queue_estimate_ms"] = round(self.grant.queue_estimate * 1000)
         return self.grant
 
     async def move(self, failed: ReplicaInfo) -> Grant:

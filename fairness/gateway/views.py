@@ -25,7 +25,13 @@ from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.engine_http import EngineAnswer
 from fairness.gateway.errors import ApiError
 from fairness.gateway.front_end_people import CHAT_HEADER
-from fairness.gateway.lifecycle import RequestLifecycle, completion_ask, demand_of, request_estimate
+from fairness.gateway.lifecycle import (
+    QUEUE_ESTIMATE_HEADER,
+    RequestLifecycle,
+    completion_ask,
+    demand_of,
+    request_estimate,
+)
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
@@ -177,6 +183,8 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             cache_salt=request_parsing.owner_cache_salt(key.person_id) if key.tier.isolate_prefix_cache else None,
         )
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
+        if "queue_estimate_ms" in lifecycle.event:
+            headers[QUEUE_ESTIMATE_HEADER] = str(lifecycle.event["queue_estimate_ms"])
         if lifecycle.grant is not None and lifecycle.grant.budget_left is not None:
             headers[BUDGET_HEADER] = f"{lifecycle.grant.budget_left:.0f}"
         lowered = _lowered(parsed, lifecycle.grant)

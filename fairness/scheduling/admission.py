@@ -90,6 +90,7 @@ _UPKEEP_RETRY_SECONDS = 0.05
 
 # A process replays a group's queue for its waiting requests' estimates at most this often (s).
 _REPLAY_MAX_AGE = 0.5
+_NOT_WAITING = -1.0  # _first_estimate: the ticket was granted before its estimate was made
 
 
 def new_handle() -> str:
@@ -267,6 +268,8 @@ class Grant:
     enqueued_at: float  # its place in line, kept when it moves to another replica
     budget_left: float | None = None  # the least any of its budgets had left once it was admitted
     completion_limit: int | None = None  # the completion limit its budgets left it (demand.completion)
+    # The wait estimate made when it queued (s), or None: it never queued, or none could be made.
+    queue_estimate: float | None = None
 
 
 class AdmissionRefused(Exception):
@@ -466,6 +469,7 @@ class Admission:
         self._listen_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._replays: dict[str, tuple[float, Replay]] = {}  # group -> (when, its latest replay)
+        self._replaying: dict[str, asyncio.Task[Replay]] = {}  # group -> the replay under way
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -521,13 +525,22 @@ class Admission:
         return replay(view, self._clock(), newcomer)
 
     async def group_replay(self, group: str, max_age: float = _REPLAY_MAX_AGE) -> Replay:
-        """Every waiting ticket's estimate in `group`, replayed at most every `max_age` seconds
-        by this process however many callers ask."""
-        now = self._clock()
+        """Every waiting ticket's estimate in `group`, from a replay at most `max_age` seconds
+        old; callers that ask while one is under way share it."""
         kept = self._replays.get(group)
-        if kept is not None and now - kept[0] < max_age:
+        if kept is not None and self._clock() - kept[0] < max_age:
             return kept[1]
-        result = replay(await self.queue_view(group), self._clock())
+        running = self._replaying.get(group)
+        if running is None:
+            running = asyncio.get_running_loop().create_task(self._replay(group))
+            self._replaying[group] = running
+            running.add_done_callback(lambda _: self._replaying.pop(group, None))
+        return await asyncio.shield(running)
+
+    async def _replay(self, group: str) -> Replay:
+        view = await self.queue_view(group)
+        now = self._clock()
+        result = replay(view, now)
         self._replays[group] = (now, result)
         return result
 
@@ -566,6 +579,8 @@ class Admission:
         in_redis = False
         budget_left: float | None = None
         repeat = 0  # calls again after the first may find the handle queued or leased already
+        first_queued = not moving  # a new request's first time in the queue: its wait is estimated
+        queue_estimate: float | None = None
         try:
             while True:
                 future = asyncio.get_running_loop().create_future()
@@ -608,8 +623,11 @@ class Admission:
                     in_redis = False
                     raise _queue_full(demand, self._max_queued_total, text(reply[2]), int(reply[1]))
                 self._queued.add(handle)
-                if demand.refuse_if_late and not moving:
-                    await self._refuse_if_late(demand, handle, deadline)
+                if first_queued:
+                    first_queued = False
+                    queue_estimate = await self._first_estimate(demand.group, handle)
+                    if demand.refuse_if_late:
+                        self._refuse_if_late(demand, queue_estimate, deadline)
                 self._wake_keeper(sooner=len(self._queued) == 1)
                 self._upkeep_after_hold(float(text(reply[2])) if len(reply) > 2 else 0.0)
                 waited = await self._wait_turn(handle, future, deadline)
@@ -637,18 +655,26 @@ class Admission:
             # What acquire reserved and charged: the release settles against the same.
             demand = replace(demand, estimate=demand.completion.estimate(completion_limit))
         grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left,
-                      completion_limit)
+                      completion_limit, None if queue_estimate == _NOT_WAITING else queue_estimate)
         self._held[handle] = grant
         self._wake_keeper()
         return grant
 
-    async def _refuse_if_late(self, demand: Demand, handle: str, deadline: float) -> None:
+    async def _first_estimate(self, group: str, handle: str) -> float | None:
+        """The wait estimate of a ticket just queued (None: granted meanwhile, beyond the horizon,
+        or Redis did not answer: the request waits on regardless)."""
+        try:
+            result = await self.group_replay(group, max_age=0)
+            if handle not in result.eta:  # that replay began before it queued
+                result = await self.group_replay(group, max_age=0)
+        except (RedisError, OSError):
+            logger.warning("admission: no wait estimate for %s", handle, exc_info=True)
+            return None
+        return result.eta.get(handle, _NOT_WAITING)
+
+    def _refuse_if_late(self, demand: Demand, estimate: float | None, deadline: float) -> None:
         """The client's bound is shorter than the wait estimate: refuse now, with the estimate."""
-        result = await self.group_replay(demand.group, max_age=0)
-        if handle not in result.eta:
-            return  # granted meanwhile
-        estimate = result.eta[handle]
-        if estimate is not None and estimate <= deadline - self._clock():
+        if estimate == _NOT_WAITING or (estimate is not None and estimate <= deadline - self._clock()):
             return
         said = "over an hour" if estimate is None else f"about {estimate:.1f} s"
         raise WillNotStartInTime(

@@ -122,3 +122,17 @@ async def test_a_new_requests_wait_is_estimated_for_its_tier(admission: Admissio
     assert later is not None and later >= 20.0 - 0.01  # behind carol, and chats may come
     waiting.cancel()
     await admission.release(blocker)
+
+
+async def test_a_grant_carries_the_estimate_its_request_queued_with(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    at_once = await admitted(admission, zed)
+    assert at_once.queue_estimate is None  # it never queued
+    task = await enqueue(admission, alice)
+    clock.advance(3.0)
+    await admission.release(at_once)
+    grant = await granted(task)
+    assert grant.queue_estimate == pytest.approx(10.0, abs=0.01)  # zed's lease, at the pace measured
+    assert grant.queued_seconds == pytest.approx(3.0, abs=0.01)  # what it really waited
+    await admission.release(grant)

@@ -130,3 +130,14 @@ def test_a_database_that_is_away_keeps_every_event_for_the_next_flush(cast, redi
             usage.flush(redis_client)
     assert redis_client.llen(keyspace.USAGE_EVENTS) == 1 and not redis_client.exists(keyspace.USAGE_REJECTED)
     assert usage.flush(redis_client) == 1
+
+
+def test_the_wait_estimate_a_request_queued_with_is_kept_beside_its_real_wait(cast, redis_client, redis_url):
+    alice = cast["alice"]
+    push(redis_url, event(alice.key_id, request_id="q", queued_ms=2400, queue_estimate_ms=2000),
+         event(alice.key_id, request_id="at-once"),  # never queued: no estimate
+         event(alice.key_id, request_id="odd", queue_estimate_ms=-5),  # hostile: kept out, the row kept
+         event(alice.key_id, request_id="odd-2", queue_estimate_ms="soon"))
+    assert usage.flush(redis_client) == 4
+    rows = {r.request_id: (r.queued_ms, r.queue_estimate_ms) for r in UsageRecord.objects.all()}
+    assert rows == {"q": (2400, 2000), "at-once": (5, None), "odd": (5, None), "odd-2": (5, None)}
