@@ -91,6 +91,7 @@ _UPKEEP_RETRY_SECONDS = 0.05
 # A process replays a group's queue for its waiting requests' estimates at most this often (s).
 _REPLAY_MAX_AGE = 0.5
 _NOT_WAITING = -1.0  # _first_estimate: the ticket was granted before its estimate was made
+_UNMEASURED = -2.0  # _first_estimate: no pace was measured on its group yet; the estimate is a guess
 
 
 def new_handle() -> str:
@@ -284,8 +285,9 @@ class AdmissionRefused(Exception):
 class QueueFull(AdmissionRefused):
     """The queue is full for this request: its person (in its tier) already has
     ``max_queued_per_key`` requests waiting, its tier ``max_queued_per_tier``, or the deployment
-    its ``max_queued_total`` (``bound``: "key", "tier" or "total"). ``retry_after``: when the oldest of those waiting
-    requests must have left the queue (granted or timed out), at most 30 s."""
+    its ``max_queued_total`` (``bound``: "key", "tier" or "total"). ``retry_after``: when the wait
+    estimate grants the first of those waiting requests (without one: when the oldest of them must
+    have left the queue), at most 60 s."""
 
     def __init__(self, message: str, retry_after: int, bound: str) -> None:
         super().__init__(message, retry_after)
@@ -309,7 +311,7 @@ def _queue_full(demand: Demand, total: int | None, bound: str, retry_after: int)
                    "has started.")
     else:
         message = "No slot is free and this key's tier does not let requests wait; retry shortly."
-    return QueueFull(message, min(_MAX_RETRY_AFTER, retry_after), bound)
+    return QueueFull(message, min(_MOST_RETRY_AFTER, retry_after), bound)
 
 
 class BudgetExceeded(AdmissionRefused):
@@ -329,8 +331,9 @@ class RateLimited(AdmissionRefused):
 
 
 class QueueTimeout(AdmissionRefused):
-    """No slot within ``max_wait_seconds``; the ticket has left the queue. ``retry_after``: as
-    long as it waited, at most 30 s."""
+    """No slot within ``max_wait_seconds``; the ticket has left the queue. ``retry_after``: the
+    wait estimate of one like it arriving now, at most 60 s (without one: as long as it waited,
+    at most 30 s)."""
 
 
 class WillNotStartInTime(QueueTimeout):
@@ -621,7 +624,11 @@ class Admission:
                     break
                 if state == Reply.QUEUE_FULL:
                     in_redis = False
-                    raise _queue_full(demand, self._max_queued_total, text(reply[2]), int(reply[1]))
+                    bound = text(reply[2])
+                    retry = await self._room_in(demand, bound)
+                    if retry is None:  # no estimate: when the oldest must have left, within 30 s
+                        retry = min(_MAX_RETRY_AFTER, int(reply[1]))
+                    raise _queue_full(demand, self._max_queued_total, bound, retry)
                 self._queued.add(handle)
                 if first_queued:
                     first_queued = False
@@ -636,7 +643,7 @@ class Admission:
                     raise QueueTimeout(
                         f"No capacity came free within {demand.max_wait_seconds:g} s, the longest its "
                         f"tier lets a request wait in the queue; the request was not started.",
-                        max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds))),
+                        await self._retry_for(demand),
                     )
                 if waited.granted:
                     turn = waited
@@ -655,10 +662,35 @@ class Admission:
             # What acquire reserved and charged: the release settles against the same.
             demand = replace(demand, estimate=demand.completion.estimate(completion_limit))
         grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left,
-                      completion_limit, None if queue_estimate == _NOT_WAITING else queue_estimate)
+                      completion_limit, None if queue_estimate in (_NOT_WAITING, _UNMEASURED) else queue_estimate)
         self._held[handle] = grant
         self._wake_keeper()
         return grant
+
+    async def _room_in(self, demand: Demand, bound: str) -> int | None:
+        """Retry-After for a full queue: when the wait estimate grants the first of the requests
+        that fill it (the person's, the tier's or anyone's, by `bound`), so that one more fits;
+        None when there is no estimate."""
+        try:
+            view = await self.queue_view(demand.group)
+        except (RedisError, OSError):
+            return None
+        filling = {w.handle for w in view.waiting
+                   if bound == "total" or (w.key == demand.key_id if bound == "key" else w.pool == demand.tier)}
+        result = replay(view, self._clock())
+        etas = [eta for handle, eta in result.eta.items() if handle in filling and eta is not None]
+        return retry_after_seconds(min(etas)) if etas and result.measured else None
+
+    async def _retry_for(self, demand: Demand) -> int:
+        """Retry-After for a request that timed out in the queue: the wait estimate of one like it
+        arriving now (what a retry would wait, at most a minute)."""
+        try:
+            result = await self.wait_for_new(demand)
+        except (RedisError, OSError):
+            result = None
+        if result is None or not result.measured:
+            return max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds)))
+        return retry_after_seconds(result.newcomer_eta)
 
     async def _first_estimate(self, group: str, handle: str) -> float | None:
         """The wait estimate of a ticket just queued (None: granted meanwhile, beyond the horizon,
@@ -670,11 +702,14 @@ class Admission:
         except (RedisError, OSError):
             logger.warning("admission: no wait estimate for %s", handle, exc_info=True)
             return None
+        if not result.measured:
+            return _UNMEASURED
         return result.eta.get(handle, _NOT_WAITING)
 
     def _refuse_if_late(self, demand: Demand, estimate: float | None, deadline: float) -> None:
-        """The client's bound is shorter than the wait estimate: refuse now, with the estimate."""
-        if estimate == _NOT_WAITING or (estimate is not None and estimate <= deadline - self._clock()):
+        """The client's bound is shorter than the wait estimate: refuse now, with the estimate
+        (not on a guess: with no pace measured yet, it waits for its bound)."""
+        if estimate in (_NOT_WAITING, _UNMEASURED) or (estimate is not None and estimate <= deadline - self._clock()):
             return
         said = "over an hour" if estimate is None else f"about {estimate:.1f} s"
         raise WillNotStartInTime(

@@ -109,6 +109,7 @@ class Replay:
     position: dict[str, int]
     newcomer_eta: float | None = None
     drain_per_second: float = 0.0  # slots the group frees per second, at the pace measured
+    measured: bool = True  # False: no tier's pace on the group was measured yet, the pace is a guess
 
     def wait_of(self, handle: str) -> float | None:
         return self.eta.get(handle)
@@ -288,7 +289,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
         position[handle] = granted_now
     newcomer_eta = eta.pop("\x00newcomer", None)
     position.pop("\x00newcomer", None)
-    return Replay(eta, position, newcomer_eta, _drain(view, slots))
+    return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service))
 
 
 def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int) -> _Ticket | None:

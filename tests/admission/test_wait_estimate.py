@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from fairness.scheduling.admission import Admission, WillNotStartInTime, new_handle
+from fairness.scheduling.admission import Admission, QueueFull, QueueTimeout, WillNotStartInTime, new_handle
 from tests.support.admission import (
     GROUP,
     FakeClock,
@@ -136,3 +136,51 @@ async def test_a_grant_carries_the_estimate_its_request_queued_with(admission: A
     assert grant.queue_estimate == pytest.approx(10.0, abs=0.01)  # zed's lease, at the pace measured
     assert grant.queued_seconds == pytest.approx(3.0, abs=0.01)  # what it really waited
     await admission.release(grant)
+
+
+async def test_a_full_queue_says_when_the_first_of_those_filling_it_will_start(
+    admission: Admission, clock: FakeClock
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+    clock.advance(6.0)
+    limited = like(alice, max_queued_per_key=1)
+    waiting = await enqueue(admission, limited)
+    with pytest.raises(QueueFull) as refused:
+        await admitted(admission, limited)
+    # alice's waiting request starts when zed's lease ends: 4 s of its 10 left.
+    assert refused.value.retry_after == 4
+    waiting.cancel()
+    await admission.release(blocker)
+
+
+async def test_a_timeout_says_what_a_request_like_it_would_wait_now(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 40.0)
+    blocker = await admitted(admission, zed)
+    task = await enqueue(admission, like(alice, max_wait_seconds=5.0))
+    clock.advance(5.0)
+    with pytest.raises(QueueTimeout) as timed_out:
+        await granted(task)
+    assert timed_out.value.retry_after == 35  # zed's lease: 35 s of its 40 left
+    clock.advance(1000.0)
+    task = await enqueue(admission, like(alice, max_wait_seconds=0.5))
+    clock.advance(0.5)
+    with pytest.raises(QueueTimeout) as again:
+        await granted(task)
+    assert again.value.retry_after == 10  # zed's lease is overdue: a quarter of the pace is its due
+    await admission.release(blocker)
+
+
+async def test_retry_after_from_the_estimate_is_at_most_a_minute(admission: Admission, clock: FakeClock) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 600.0)
+    blocker = await admitted(admission, zed)
+    limited = like(alice, max_queued_per_key=1)
+    waiting = await enqueue(admission, limited)
+    with pytest.raises(QueueFull) as refused:
+        await admitted(admission, limited)
+    assert refused.value.retry_after == 60
+    waiting.cancel()
+    await admission.release(blocker)
