@@ -36,7 +36,7 @@ import redis.exceptions
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 
-from fairness.gateway import anthropic_shape, responses_views, tokenizer_views, views
+from fairness.gateway import anthropic_shape, queue_views, responses_views, tokenizer_views, views
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.http_server import vouch_for
@@ -72,6 +72,7 @@ ROUTES: dict[str, View] = {
     "/v1/messages/count_tokens": tokenizer_views.count_tokens,
     "/detokenize": tokenizer_views.detokenize,
     "/v1/models": views.models,
+    "/v1/queue": queue_views.queue,
 }
 # Routes whose path goes on with a parameter (a model's id may itself hold a slash: "org/name").
 PREFIX_ROUTES: dict[str, View] = {

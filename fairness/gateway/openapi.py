@@ -340,6 +340,44 @@ PATHS: dict[str, Any] = {
             **_errors(401, 405),
         },
     }},
+    "/v1/queue": {"get": {
+        "tags": [TAG], "operationId": "v1_queue",
+        "summary": "Where your waiting requests stand (a gpuportal extension)",
+        "description": "For each model the key may use: the calling person's requests waiting for it (across "
+        "their keys), each with its place (how many of those waiting now go first) and the wait estimate; how "
+        "many wait for it in all; and how long a new request of theirs would wait now. A wait beyond the "
+        "estimator's horizon (an hour) is null. Answers are kept for a second per key.",
+        "security": _SECURED,
+        "responses": {
+            "200": {"description": "The calling person's place in each model's queue", "content": {
+                "application/json": {"schema": {
+                    "type": "object", "required": ["object", "requests", "models"],
+                    "properties": {
+                        "object": {"type": "string", "enum": ["queue"]},
+                        "requests": {"type": "array", "items": {
+                            "type": "object",
+                            "required": ["id", "model", "tier", "position", "waited_ms", "estimated_wait_ms"],
+                            "properties": {
+                                "id": {"type": "string", "description": "The request's id (its X-Request-Id)."},
+                                "model": {"type": "string"}, "tier": {"type": "string"},
+                                "position": {"type": "integer", "minimum": 0},
+                                "waited_ms": {"type": "integer", "minimum": 0},
+                                "estimated_wait_ms": {"type": ["integer", "null"], "minimum": 0},
+                            },
+                        }},
+                        "models": {"type": "array", "items": {
+                            "type": "object", "required": ["model", "waiting", "new_request_wait_ms"],
+                            "properties": {
+                                "model": {"type": "string"}, "waiting": {"type": "integer", "minimum": 0},
+                                "new_request_wait_ms": {"type": ["integer", "null"], "minimum": 0},
+                            },
+                        }},
+                    },
+                }},
+            }},
+            **_errors(401, 403, 405),
+        },
+    }},
     "/v1/models/{model}": {"get": {
         "tags": [TAG], "operationId": "v1_models_retrieve", "summary": "One model the key may use",
         "security": _SECURED,

@@ -35,7 +35,7 @@ from fairness.gateway.lifecycle import (
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import Relay, StreamTally
 from fairness.scheduling import routing
-from fairness.scheduling.admission import Grant, new_handle
+from fairness.scheduling.admission import Grant
 from fairness.scheduling.directory import CHAT_MODEL, EMBEDDING_MODEL, RERANKER_MODEL, ReplicaDirectory, ReplicaInfo
 from fairness.scheduling.live_counts import pinned_group
 from fairness.store.cancelling import cancel_and_wait
@@ -201,7 +201,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
             return _streaming(response, replica, lifecycle, parsed, headers, remember)
         return await _whole_response(response, replica, lifecycle, headers, remember)
 
-    handle = new_handle()  # its ticket's, so that a stream can tell its place while it waits
+    handle = request.request_id  # its ticket's: a stream tells its place, GET /v1/queue names it
 
     async def admitted_answer() -> HttpResponseBase:
         try:

@@ -513,6 +513,10 @@ class Admission:
 
     # -- wait estimates -------------------------------------------------------------------------
 
+    def now(self) -> float:
+        """Admission's clock (injected): the time its estimates count from."""
+        return self._clock()
+
     async def queue_view(self, group: str, key: str = "", association: str = "", weight: float = 0.0) -> QueueView:
         """The group's admission state for the wait estimate (queue_view.lua); `key`'s caps and
         the fair-share delay of `association` at `weight` included."""

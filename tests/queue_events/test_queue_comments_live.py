@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 from dataclasses import dataclass, field
 
 import httpx
-import pytest
 
 from fairness.scheduling.live_counts import person_load
 from fairness.store.redis_clients import redis_sync
 from tests.support.cast import MODEL
+from tests.support.engine_fill import fill_the_engine, free_the_engine
 from tests.support.polling import wait_for
-from tests.support.v1_calls import CHAT, hanging_chat
+from tests.support.v1_calls import CHAT
 
 COMMENT = re.compile(rb"^: queued position=(\d+)(?: eta_ms=(\d+))?$")
 
@@ -62,43 +61,6 @@ def start_reader(url: str, secret: str, body: dict, headers: dict[str, str] | No
     reader = Reader()
     threading.Thread(target=reader.read, args=(url, secret, body, headers), daemon=True).start()
     return reader
-
-
-@pytest.fixture
-def lab(tiers):
-    """A tier whose keys run up to 20 at once, and a person in it."""
-    from django.contrib.auth import get_user_model
-
-    from fairness.actions.keys import issue_key
-    from fairness.models import Tier
-
-    tier = Tier.objects.create(name="lab", per_key_concurrency=20, max_queued_per_key=64)
-    user = get_user_model().objects.create(username="lena")
-    _, secret = issue_key(user, tier, label="lena's key")
-    return user, tier, secret
-
-
-@pytest.fixture
-def two_slots(sim, gateway):
-    """The shared engine as a replica of two slots, its faults reset."""
-    from fairness.models import Replica
-
-    sim.set_faults(health_fail=False, error_500=False, stall=False, error_500_marker="")
-    return Replica.objects.create(name="sim-a", base_url=sim.url, model=MODEL, max_num_seqs=2)
-
-
-def fill_the_engine(gateway, sim, secret: str, user, tier: str) -> list[socket.socket]:
-    sim.set_faults(stall=True)
-    held = [hanging_chat(gateway, secret) for _ in range(2)]
-    wait_for(lambda: person_load(redis_sync()).get((user.pk, tier), (0, 0))[0] == 2, what="both slots taken")
-    return held
-
-
-def free_the_engine(sim, held: list[socket.socket]) -> None:
-    sim.set_faults(stall=False)
-    for conn in held:
-        conn.shutdown(socket.SHUT_RDWR)
-        conn.close()
 
 
 STREAM = CHAT | {"stream": True, "max_tokens": 8}

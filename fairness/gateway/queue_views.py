@@ -1,0 +1,72 @@
+"""GET /v1/queue (a gpuportal extension): where the calling person's waiting requests stand.
+
+For each model the key may use: the person's requests waiting for it (their request id, place
+and wait estimate: scheduling/wait_estimate.py), how many wait for it in all, and how long a new
+request of theirs would wait now. Nobody else's requests are named. Each answer replays the
+queue of every model, so a key's answers are kept for a second: asking faster costs the gateway
+nothing more and tells nothing newer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from django.http import HttpResponse
+
+from fairness.gateway.errors import ApiError
+from fairness.gateway.lifecycle import demand_of
+from fairness.gateway.runtime import GatewayRuntime
+from fairness.gateway.views import GatewayRequest
+from fairness.scheduling.units import parse_unit
+from fairness.scheduling.wait_estimate import Newcomer, replay
+
+_KEPT_SECONDS = 1.0
+_MOST_KEPT = 1024  # answers kept at once (one per key asking)
+_answers: dict[int, tuple[float, bytes]] = {}  # key id -> (when, the answer)
+
+
+async def queue(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponse:
+    if request.method != "GET":
+        raise ApiError(405, "Use GET for this endpoint.", "method_not_allowed")
+    key = request.key
+    kept = _answers.get(key.id)
+    now = time.monotonic()
+    if kept is None or now - kept[0] >= _KEPT_SECONDS:
+        kept = (now, orjson.dumps(await _standing(request, runtime)))
+        if len(_answers) >= _MOST_KEPT:
+            _answers.clear()
+        _answers[key.id] = kept
+    return HttpResponse(kept[1], content_type="application/json")
+
+
+async def _standing(request: GatewayRequest, runtime: GatewayRuntime) -> dict[str, Any]:
+    directory, key = request.directory, request.key
+    admission = runtime.admission
+    requests: list[dict[str, Any]] = []
+    models: list[dict[str, Any]] = []
+    for name in directory.models():
+        if not directory.serving(name, key.tier.name) or not key.model_access.allows(name):
+            continue
+        group = directory.group(name, key.tier.name)
+        demand = demand_of(key, group)
+        view = await admission.queue_view(group, key.unit, key.association, demand.fairshare_weight)
+        at = admission.now()
+        standing = replay(view, at)
+        newcomer = Newcomer(key.unit, key.tier.name, demand.head_start_seconds, demand.per_key_cap, view.delay,
+                            demand.borrow)
+        wait = replay(view, at, newcomer).newcomer_eta  # (apart: one that only might come moves nobody)
+        for ticket in sorted(view.waiting, key=lambda w: standing.position[w.handle]):
+            person = parse_unit(ticket.key)
+            if person is None or person[0] != key.person_id:
+                continue
+            eta = standing.eta[ticket.handle]
+            requests.append({
+                "id": ticket.handle, "model": name, "tier": person[1], "position": standing.position[ticket.handle],
+                "waited_ms": max(0, round((at - ticket.enqueued_at) * 1000)),
+                "estimated_wait_ms": None if eta is None else round(eta * 1000),
+            })
+        models.append({"model": name, "waiting": len(view.waiting),
+                       "new_request_wait_ms": None if wait is None else round(wait * 1000)})
+    return {"object": "queue", "requests": requests, "models": models}
