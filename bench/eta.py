@@ -572,13 +572,16 @@ def pace_table(rows: list[dict[str, Any]], sampler: QueueSampler, w0: float, w1:
     for tier in TIERS:
         fields = sorted({f for s in samples for f in s.get("service_s", {}) if f.startswith(f"{tier}|")})
         paces = [float(s["service_s"][f]) for s in samples for f in fields if f in s.get("service_s", {})]
-        rates = []
+        rates = []  # the tier's queued arrivals per second: the sum of its people's (lib/pace.lua)
         for t, s in zip(sampler.slow_times, sampler.slow, strict=True):
-            for f in fields:
-                stored = s.get("arrivals", {}).get(f)
-                if w0 <= t < w1 and stored:
-                    count, at, _ = stored.split("|")
-                    rates.append(float(count) * math.exp(-max(0.0, t - float(at)) / 30.0) / 30.0)
+            if not w0 <= t < w1:
+                continue
+            total = 0.0
+            for stored in s.get("arrivals", {}).values():
+                count, at, _, pool = stored.split("|", 3)
+                if pool == tier:
+                    total += float(count) * math.exp(-max(0.0, t - float(at)) / 30.0) / 30.0
+            rates.append(total)
         mine = [r for r in rows if r["tier"] == tier and w0 <= r["at"] < w1]
         real = {source: [(r["latency_ms"] - r["queued_ms"]) / 1000 for r in mine
                          if r["source"] == source and r["status"] == 200] for source in SOURCE_ORDER}

@@ -22,7 +22,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fairness.scheduling.live_counts import group_of, pairs, text
@@ -69,6 +69,13 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Arrivals:
+    rate: float  # requests per second that queue
+    head_start: float
+    pool: str
+
+
+@dataclass(frozen=True)
 class QueueView:
     """One group's admission state, as queue_view.lua returns it."""
 
@@ -83,9 +90,11 @@ class QueueView:
     pool_cap: dict[str, int]
     floors: dict[str, float]
     service: dict[str, float]  # pool -> mean seconds a lease is held
-    arrivals: dict[str, tuple[float, float]]  # pool -> (requests per second, head start)
+    arrivals: dict[str, Arrivals]  # key -> how its requests that must wait arrive
     delay: float = 0.0  # the fair-share delay of the newcomer asked about
     reserve: int = 0
+    spare: int = 0  # of the reserve, the slots a revocable borrower must leave free
+    service_by_key: dict[str, float] = field(default_factory=dict)  # key -> its leases' mean hold
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ class Replay:
 
 def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -> QueueView:
     """queue_view.lua's reply for `group` (its pins included)."""
-    head, leases, tickets, keys, pools, floors, service, arrivals, delay = reply
+    head, leases, tickets, keys, pools, floors, service, arrivals, delay, service_by_key = reply
     main = group_of(group)
     running = tuple(
         Running(text(leases[i]), text(leases[i + 1]), float(text(leases[i + 2])),
@@ -142,26 +151,27 @@ def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -
         key_in_flight={k: n for k, n, _ in key_rows}, key_cap={k: cap for k, _, cap in key_rows},
         pool_in_flight={p: n for p, n, _ in pool_rows}, pool_cap={p: int(cap) for p, _, cap in pool_rows if cap},
         floors={name: float(value) for name, value in pairs(floors).items()},
-        service=_per_pool(pairs(service), main, float),
-        arrivals=_per_pool(pairs(arrivals), main, lambda stored: _rate(stored, now)),
-        delay=float(text(delay)), reserve=reserve,
+        service=_by_name(pairs(service), main, float),
+        arrivals=_by_name(pairs(arrivals), main, lambda stored: _arrivals(stored, now)),
+        delay=float(text(delay)), reserve=reserve, spare=int(text(head[2])),
+        service_by_key=_by_name(pairs(service_by_key), main, float),
     )
 
 
-def _per_pool(stored: dict[str, str], main: str, read: Any) -> dict[str, Any]:
-    """Fields "pool|group" of this group (or one of its pins) by pool."""
+def _by_name(stored: dict[str, str], main: str, read: Any) -> dict[str, Any]:
+    """Fields "<pool or key>|group" of this group (or one of its pins) by pool or key."""
     out: dict[str, Any] = {}
-    for name, value in stored.items():
-        pool, _, group = name.rpartition("|")
-        if group_of(group) == main and pool not in out:
-            out[pool] = read(value)
+    for field_name, value in stored.items():
+        name, _, group = field_name.rpartition("|")
+        if group_of(group) == main and name not in out:
+            out[name] = read(value)
     return out
 
 
-def _rate(stored: str, now: float) -> tuple[float, float]:
-    count, at, head_start = stored.split("|")
+def _arrivals(stored: str, now: float) -> Arrivals:
+    count, at, head_start, pool = stored.split("|", 3)
     decayed = float(count) * math.exp(-max(0.0, now - float(at)) / _ARRIVAL_SECONDS)
-    return decayed / _ARRIVAL_SECONDS, float(head_start)
+    return Arrivals(decayed / _ARRIVAL_SECONDS, float(head_start), pool)
 
 
 @dataclass
@@ -171,7 +181,7 @@ class _Ticket:
     base: float  # its score before floors: enqueued_at - head start + fair-share delay
     order: float  # arrival number (an expected arrival's: its arrival time)
     handle: str
-    key: str | None  # None: an expected arrival, whose person is unknown
+    key: str
     pool: str
     stream: str
     head_start: float
@@ -191,11 +201,13 @@ class _Slots:
         measured = list(view.service.values())
         self.fallback = sum(measured) / len(measured) if measured else _UNMEASURED_SECONDS
 
-    def service(self, pool: str) -> float:
-        return self.view.service.get(pool, self.fallback)
+    def service(self, pool: str, key: str) -> float:
+        """The mean hold of a lease of `key` (its own measure, else its tier's)."""
+        own = self.view.service_by_key.get(key)
+        return own if own is not None else self.view.service.get(pool, self.fallback)
 
     def open_for(self, ticket: _Ticket) -> bool:
-        key_open = ticket.key is None or self.key_in_flight.get(ticket.key, 0) < self.key_cap.get(ticket.key, 0)
+        key_open = self.key_in_flight.get(ticket.key, 0) < self.key_cap.get(ticket.key, 0)
         cap = self.view.pool_cap.get(ticket.pool)
         return key_open and (cap is None or self.pool_in_flight.get(ticket.pool, 0) < cap)
 
@@ -204,19 +216,17 @@ class _Slots:
         return ticket.base if floor is None else max(ticket.base, floor)
 
     def take(self, ticket: _Ticket) -> None:
-        if ticket.key is not None:
-            self.key_in_flight[ticket.key] = self.key_in_flight.get(ticket.key, 0) + 1
+        self.key_in_flight[ticket.key] = self.key_in_flight.get(ticket.key, 0) + 1
         self.pool_in_flight[ticket.pool] = self.pool_in_flight.get(ticket.pool, 0) + 1
 
-    def end(self, key: str | None, pool: str, at: float, waiting: Iterable[_Ticket]) -> None:
+    def end(self, key: str, pool: str, at: float, waiting: Iterable[_Ticket]) -> None:
         """A lease ends at `at`. A person at their cap whose tickets wait: they age from now on."""
-        if key is not None:
-            at_cap = self.key_in_flight.get(key, 0) >= self.key_cap.get(key, 0)
-            self.key_in_flight[key] = self.key_in_flight.get(key, 0) - 1
-            if at_cap:
-                for ticket in waiting:
-                    if ticket.key == key:
-                        self.floors[ticket.stream] = at - ticket.head_start
+        at_cap = self.key_in_flight.get(key, 0) >= self.key_cap.get(key, 0)
+        self.key_in_flight[key] = self.key_in_flight.get(key, 0) - 1
+        if at_cap:
+            for ticket in waiting:
+                if ticket.key == key:
+                    self.floors[ticket.stream] = at - ticket.head_start
         self.pool_in_flight[pool] = self.pool_in_flight.get(pool, 0) - 1
 
 
@@ -226,9 +236,9 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     slots = _Slots(view)
     chats_wait = any(not w.revocable for w in view.waiting) or newcomer is not None
     start = max(now, view.hold_until)
-    ends: list[tuple[float, int, str | None, str]] = []  # (when, tie, key, pool) of each running lease
+    ends: list[tuple[float, int, str, str]] = []  # (when, tie, key, pool) of each running lease
     for i, lease in enumerate(view.running):
-        mean = slots.service(lease.pool)
+        mean = slots.service(lease.pool, lease.key)
         left = max(mean - (now - lease.granted_at), mean * _OVERDUE_SHARE)
         if lease.gives_back and (chats_wait or not lease.revocable):
             left = min(left, _GIVE_BACK_SECONDS)
@@ -261,13 +271,13 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
         while arrivals and arrivals[0].order <= t:
             waiting.append(arrivals.popleft())
         while free > 0 and waiting:
-            chosen = _next(waiting, slots, free, view.reserve)
+            chosen = _next(waiting, slots, free, view.reserve, view.spare)
             if chosen is None:
                 break
             waiting.remove(chosen)
             free -= 1
             slots.take(chosen)
-            heapq.heappush(ends, (t + slots.service(chosen.pool), tie, chosen.key, chosen.pool))
+            heapq.heappush(ends, (t + slots.service(chosen.pool, chosen.key), tie, chosen.key, chosen.pool))
             tie += 1
             if chosen.handle in targets:
                 eta[chosen.handle] = t - now
@@ -292,9 +302,9 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service))
 
 
-def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int) -> _Ticket | None:
-    """The ticket admission grants next: the best-scored one within its caps, else (with room
-    beyond the reserve) the best-scored one that may borrow."""
+def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int, spare: int) -> _Ticket | None:
+    """The ticket admission grants next: the best-scored one within its caps, else the
+    best-scored one that may borrow (beyond the reserve; redoable work, beyond the spare)."""
     best: _Ticket | None = None
     best_score = math.inf
     for ticket in waiting:
@@ -302,25 +312,26 @@ def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int) -> _Ti
             score = slots.score(ticket)
             if score < best_score or (score == best_score and best is not None and ticket.order < best.order):
                 best, best_score = ticket, score
-    if best is not None or free - 1 < reserve:
+    if best is not None or free - 1 < min(reserve, spare):
         return best
-    borrowers = [t for t in waiting if t.borrow]
+    borrowers = [t for t in waiting if t.borrow and (free - 1 >= reserve or (t.revocable and free - 1 >= spare))]
     return min(borrowers, key=lambda t: (slots.score(t), t.order), default=None)
 
 
 def _expected_arrivals(view: QueueView, now: float, latest: float) -> deque[_Ticket]:
-    """The requests expected to arrive, evenly at each tier's rate, that could go ahead of a
-    ticket waiting now (scored below the latest score waiting), within the horizon."""
+    """The requests expected to arrive, evenly at each person's rate, that could go ahead of a
+    ticket waiting now (scored below the latest score waiting), within the horizon. Each is its
+    person's: their cap holds it back as it would them."""
     out: list[_Ticket] = []
-    for pool, (rate, head_start) in view.arrivals.items():
-        if rate < _LEAST_RATE:
+    for key, coming in view.arrivals.items():
+        if coming.rate < _LEAST_RATE:
             continue
-        until = min(latest + head_start, now + HORIZON_SECONDS)
-        count = min(int((until - now) * rate), _MOST_STEPS)
+        until = min(latest + coming.head_start, now + HORIZON_SECONDS)
+        count = min(int((until - now) * coming.rate), _MOST_STEPS)
         for i in range(1, count + 1):
-            at = now + i / rate
-            out.append(_Ticket(at - head_start, at, f"\x00arrival {pool} {i}", None, pool, f"\x00{pool}", head_start,
-                               False, False))
+            at = now + i / coming.rate
+            out.append(_Ticket(at - coming.head_start, at, f"\x00arrival {key} {i}", key, coming.pool,
+                               f"{key}|{coming.pool}|{view.group}", coming.head_start, False, False))
     out.sort(key=lambda t: t.order)
     return deque(out)
 
@@ -330,6 +341,6 @@ def _drain(view: QueueView, slots: _Slots) -> float:
     mean hold time of the tier that holds it now (an idle one at the group's mean)."""
     if view.capacity <= 0:
         return 0.0
-    held = [slots.service(lease.pool) for lease in view.running]
+    held = [slots.service(lease.pool, lease.key) for lease in view.running]
     held += [slots.fallback] * max(0, view.capacity - len(held))
     return sum(1 / max(seconds, 1e-3) for seconds in held[: view.capacity])

@@ -49,11 +49,14 @@ async def test_the_pace_is_measured_per_tier_at_release(admission: Admission, cl
     view = await admission.queue_view(GROUP)
     assert view.service["interactive"] == pytest.approx(10.0)
     assert "batch" not in view.service
-    # Three interactive requests queued, 30, 20 and 10 s ago: a count decayed with a 30 s time
-    # constant. (The first was granted at once: it counts for nothing.)
-    rate, head_start = view.arrivals["interactive"]
-    assert rate == pytest.approx(sum(math.exp(-age / 30) for age in (30, 20, 10)) / 30, rel=0.01)
-    assert head_start == 600.0
+    # Per person too: the three released while the next waited; the last, and zed, with nobody waiting.
+    assert view.service_by_key == {f"pacer-{i}": pytest.approx(10.0) for i in range(3)}
+    # pacer-1..3 queued once each, 30, 20 and 10 s ago: counts decayed with a 30 s time constant.
+    for i, age in ((1, 30), (2, 20), (3, 10)):
+        coming = view.arrivals[f"pacer-{i}"]
+        assert coming.rate == pytest.approx(math.exp(-age / 30) / 30, rel=0.01)
+        assert (coming.head_start, coming.pool) == (600.0, "interactive")
+    assert "pacer-0" not in view.arrivals  # granted at once: it never waited
 
 
 async def test_positions_follow_admissions_order_and_grants_come_in_that_order(

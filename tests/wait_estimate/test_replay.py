@@ -4,12 +4,11 @@ snapshot Redis gives and the estimate against real grants.)"""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
-from fairness.scheduling.wait_estimate import Newcomer, QueueView, Running, Waiting, replay
+from fairness.scheduling.wait_estimate import Arrivals, Newcomer, QueueView, Running, Waiting, replay
 
 NOW = 1_000.0
 GROUP = "m"
@@ -22,10 +21,10 @@ def ticket(handle: str, key: str, pool: str, enqueued_at: float, head_start: flo
 
 
 def view(running: list[Running], waiting: list[Waiting], *, capacity: int = 1, caps: dict[str, int] | None = None,
-         service: dict[str, float] | None = None, arrivals: dict[str, tuple[float, float]] | None = None,
+         service: dict[str, float] | None = None, arrivals: dict[str, Arrivals] | None = None,
          **more: Any) -> QueueView:
     caps = caps or {}
-    keys = {r.key for r in running} | {w.key for w in waiting} | set(caps)
+    keys = {r.key for r in running} | {w.key for w in waiting} | set(caps) | set(arrivals or {})
     in_flight = {k: sum(r.key == k for r in running) for k in keys}
     pools = {r.pool for r in running} | {w.pool for w in waiting}
     return QueueView(
@@ -33,7 +32,8 @@ def view(running: list[Running], waiting: list[Waiting], *, capacity: int = 1, c
         key_in_flight=in_flight, key_cap={k: caps.get(k, 9) for k in keys},
         pool_in_flight={p: sum(r.pool == p for r in running) for p in pools}, pool_cap=more.get("pool_cap", {}),
         floors=more.get("floors", {}), service=service or {"chat": 10.0, "batch": 10.0},
-        arrivals=arrivals or {}, delay=0.0, reserve=more.get("reserve", 0),
+        arrivals=arrivals or {}, delay=0.0, reserve=more.get("reserve", 0), spare=more.get("spare", 0),
+        service_by_key=more.get("service_by_key", {}),
     )
 
 
@@ -92,17 +92,19 @@ def test_a_lease_past_its_tiers_mean_still_has_some_way_to_go() -> None:
 
 def test_chats_arriving_later_overtake_a_batch_ticket_until_it_has_aged_past_them() -> None:
     # The slot frees in 10 s (a batch lease); carol (batch) waits for it.
-    base = view([lease("zed", "batch", 0.0)], [ticket("carol", "carol", "batch", NOW, 0, 1)],
-                service={"chat": 1.0, "batch": 10.0})
-    assert replay(base, NOW).eta["carol"] == pytest.approx(10.0)
+    def snapshot(head_start: float | None) -> QueueView:
+        coming = {} if head_start is None else {"chatter": Arrivals(0.5, head_start, "chat")}
+        return view([lease("zed", "batch", 0.0)], [ticket("carol", "carol", "batch", NOW, 0, 1)],
+                    service={"chat": 1.0, "batch": 10.0}, arrivals=coming)
+
+    assert replay(snapshot(None), NOW).eta["carol"] == pytest.approx(10.0)
     # A chat every 2 s with a 5 s head start: the two arriving within 5 s of carol go first, one
     # second each; those after stand behind her.
-    flooded = replay(dataclasses.replace(base, arrivals={"chat": (0.5, 5.0)}), NOW)
+    flooded = replay(snapshot(5.0), NOW)
     assert flooded.eta["carol"] == pytest.approx(12.0)
     assert flooded.position["carol"] == 0  # of those waiting now, none is ahead of her
     # The same rate with no head start over carol never overtakes her.
-    even = replay(dataclasses.replace(base, arrivals={"chat": (0.5, 0.0)}), NOW)
-    assert even.eta["carol"] == pytest.approx(10.0)
+    assert replay(snapshot(0.0), NOW).eta["carol"] == pytest.approx(10.0)
 
 
 def test_fair_share_delay_moves_a_ticket_back() -> None:
@@ -143,3 +145,29 @@ def test_a_pool_cap_holds_its_tickets_back() -> None:
     ], capacity=2, pool_cap={"batch": 1}), NOW)
     assert result.position == {"e": 0, "d": 1}
     assert result.eta["d"] == pytest.approx(10.0)
+
+
+def test_each_persons_own_pace_beats_their_tiers() -> None:
+    # One tier, two people: frank's requests hold a slot 8 s, the tier's mean is 2 s.
+    snapshot = view([lease("frank", "chat", 0.0)], [ticket("a", "a", "chat", NOW, 0, 1)],
+                    service={"chat": 2.0}, service_by_key={"frank": 8.0})
+    assert replay(snapshot, NOW).eta["a"] == pytest.approx(8.0)
+
+
+def test_a_persons_expected_arrivals_are_held_back_by_their_cap() -> None:
+    # frank (cap 1, running) sends a request every second with a big head start: uncapped, they
+    # would all overtake carol; held to his cap, only one can run at a time, beside her slot.
+    snapshot = view([lease("frank", "chat", 0.0), lease("zed", "batch", 5.0)],
+                    [ticket("carol", "carol", "batch", NOW - 1, 0, 1)], capacity=2, caps={"frank": 1},
+                    service={"chat": 4.0, "batch": 10.0}, arrivals={"frank": Arrivals(1.0, 600.0, "chat")})
+    assert replay(snapshot, NOW).eta["carol"] == pytest.approx(5.0)  # zed's slot, frank's stays his
+
+
+def test_redoable_work_may_take_the_reserve_but_the_spare() -> None:
+    waiting = [ticket("flood", "carol", "batch", NOW - 50, 0, 1, borrow=True),
+               ticket("line", "grace", "batch", NOW - 1, 0, 2, borrow=True, revocable=True)]
+    # Three slots free, a reserve of 3 and a spare of 1: only the redoable line may borrow now.
+    result = replay(view([lease("zed", "batch", 0.0)], waiting, capacity=4, caps={"carol": 0, "grace": 0},
+                         reserve=3, spare=1), NOW)
+    assert result.eta["line"] == pytest.approx(0.0)
+    assert result.eta["flood"] is None or result.eta["flood"] > 0.0

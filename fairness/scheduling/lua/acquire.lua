@@ -225,7 +225,7 @@ end
 -- (Not for work that can be redone itself: a batch key's own requests within its caps.)
 if revocable_running and not revocable and key_open(key) and pool_open(pool) then chat_waits(group) end
 local left = admit_limits()
-if not moving then note_arrival(pool, group, head_start) end
+if not moving then note_arrival(key, pool, group, head_start) end
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref,
   avoid, assoc, ARGV[ACQUIRE.fair_share_weight], estimated, budgets, revocable)
 pump_dirty()

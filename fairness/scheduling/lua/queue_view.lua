@@ -7,13 +7,15 @@
 -- ARGV[7], ARGV[8]  an association and its tier's fair-share weight: the fair-share delay a new
 --          request of it would carry now
 -- (A pin's view is its group's: a pin's requests take its group's slots.)
--- Returns  {{capacity, hold until}, leases, tickets, keys, pools, floors, service, arrivals, delay}:
+-- Returns  {{capacity, hold until, spare}, leases, tickets, keys, pools, floors, service, arrivals, delay,
+--          service by key}: (spare: the slots a revocable borrower leaves free, lib/revocable.lua)
 --          leases  {key, pool, granted_at, revocable 0/1, asked back 0/1, ...}
 --          tickets {handle, member, key, pool, group, enqueued_at, head_start, borrow, revocable,
 --                   fair-share delay, deadline, ...}
 --          keys    {key, in flight, cap, ...}; pools {pool, in flight, cap or '', ...}
 --          floors  {"key|pool|group", floor, ...} of the group's streams
---          service, arrivals: HGETALL of KEY.service_seconds and KEY.arrival_rate
+--          service, arrivals, service by key: HGETALL of KEY.service_seconds, KEY.arrival_rate and
+--          KEY.service_seconds_by_key
 reap()
 pump_dirty()
 local extra_key = ARGV[6]
@@ -43,6 +45,12 @@ for _, h in ipairs(redis.call('ZRANGE', NS .. KEY.ticket_expiry, 0, -1)) do
   end
 end
 if extra_key ~= '' then keys[extra_key] = true end
+-- Whoever is expected to arrive: their caps hold their future requests back too.
+local arrivals = redis.call('HGETALL', NS .. KEY.arrival_rate)
+for i = 1, #arrivals, 2 do
+  local key, g = string.match(arrivals[i], '^(.*)|([^|]*)$')
+  if ours(g) then keys[key] = true; pools[string.match(arrivals[i + 1], '([^|]*)$')] = true end
+end
 local key_list, pool_list, floors = {}, {}, {}
 for key in pairs(keys) do
   append(key_list, key, redis.call('HGET', NS .. KEY.in_flight_by_key, key) or '0',
@@ -59,8 +67,10 @@ for pool in pairs(pools) do
   end
 end
 return {
-  {redis.call('HGET', NS .. KEY.group_capacity, group) or '0', redis.call('HGET', NS .. KEY.group_hold, group) or '0'},
+  {redis.call('HGET', NS .. KEY.group_capacity, group) or '0', redis.call('HGET', NS .. KEY.group_hold, group) or '0',
+   spare(group)},
   leases, tickets, key_list, pool_list, floors,
-  redis.call('HGETALL', NS .. KEY.service_seconds), redis.call('HGETALL', NS .. KEY.arrival_rate),
+  redis.call('HGETALL', NS .. KEY.service_seconds), arrivals,
   string.format('%.6f', fair_share_delay(ARGV[7], ARGV[8])),
+  redis.call('HGETALL', NS .. KEY.service_seconds_by_key),
 }

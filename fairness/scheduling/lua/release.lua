@@ -20,7 +20,7 @@ local lease = handle ~= '' and free(handle)
 local held = lease and true or false
 -- Its slot's pace, for the wait estimate, while anyone waits: the pace of a busy card, measured
 -- at no cost to an idle one (and not of a lease asked back: its work was cut short).
-if lease and not lease[9] and anyone_waiting() then note_service(lease[2], lease[3], NOW - num(lease[10])) end
+if lease and not lease[9] and anyone_waiting() then note_service(lease[1], lease[2], lease[3], NOW - num(lease[10])) end
 local amount = (tonumber(used) or 0) - (tonumber(estimate) or 0)
 if assoc ~= '' and amount ~= 0 then charge(assoc, amount) end
 -- The real count goes to the budgets however late; the reservation and the rate limiter's

@@ -105,7 +105,8 @@ local KEY = {
   rate_limits = 'rl',               -- hash limit name -> its theoretical arrival time (GCRA)
   -- The wait estimate's measures (lib/pace.lua):
   service_seconds = 'svc',          -- hash "p|g" -> mean seconds a lease is held
-  arrival_rate = 'arr',             -- hash "p|g" -> "decayed count|at|head start"
+  service_seconds_by_key = 'svck',  -- hash "k|g" -> mean seconds a lease of that key is held
+  arrival_rate = 'arr',             -- hash "k|g" -> "decayed count|at|head start|pool"
 }
 
 -- Hash fields, short on the wire like the keys. Lease (l:h) and ticket (t:h) hashes:
