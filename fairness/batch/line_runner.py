@@ -48,12 +48,16 @@ class Answer:
         return self.status in RETRIED_STATUSES and tries < MAX_TRIES_ON_ENGINE_ERRORS
 
 
-async def send(runtime: GatewayRuntime, key: KeyInfo, endpoint: str, body: str, request_id: str) -> Answer:
+async def send(
+    runtime: GatewayRuntime, key: KeyInfo, endpoint: str, body: str, request_id: str, wait_until: float | None = None,
+) -> Answer:
+    """The line's answer, through the same path as a client's request; it waits in the queue until
+    `wait_until` at most (its batch's window: past it the batch has expired)."""
     try:
         directory = await runtime.refresh()
         request = views.GatewayRequest(
             method="POST", path=endpoint, headers={}, body=body.encode(), request_id=request_id, key=key,
-            directory=directory,
+            directory=directory, wait_until=wait_until,
         )
         response = await ENDPOINT_VIEWS[endpoint](request, runtime)
     except ApiError as exc:

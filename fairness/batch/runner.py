@@ -285,7 +285,8 @@ class BatchRun:
                 # Unique per runner and try (the usage records keep one row per request id), and
                 # within their 40 characters: the line's row id names the batch and the line.
                 request_id = f"batch-{line.pk}-{self.runner.token[:8]}-{tries}"
-                answer = await line_runner.send(self.runner.runtime, key, batch.endpoint, line.body, request_id)
+                answer = await line_runner.send(self.runner.runtime, key, batch.endpoint, line.body, request_id,
+                                                wait_until=batch.expires_at.timestamp())
                 tries += 1
                 if answer.ok or not answer.passing(tries):
                     break

@@ -83,10 +83,12 @@ QUEUE_ESTIMATE_HEADER = "X-GPUPortal-Queue-Estimate-Ms"
 def demand_of(
     key: KeyInfo, group: str, preference: tuple[str, ...] = (), estimate: float = 0.0,
     completion: CompletionAsk | None = None, redoable: bool = False, max_wait: float | None = None,
+    refuse_if_late: bool = False,
 ) -> Demand:
     """`redoable`: the request can be sent again without its client noticing (its answer is not
     streamed), so a slot it borrows may be asked back. `max_wait`: the client's own bound on its
-    wait in the queue (seconds), within the tier's."""
+    wait in the queue (seconds), within the tier's; `refuse_if_late`: refused at once when the wait
+    estimate is longer (Demand.refuse_if_late)."""
     tier = key.tier
     return Demand(
         key_id=key.unit,
@@ -109,7 +111,7 @@ def demand_of(
         rate_limits=key.rate_limits,
         completion=completion if key.budget_rules else None,
         revocable=redoable and tier.borrow_idle_slots,
-        refuse_if_late=max_wait is not None,
+        refuse_if_late=refuse_if_late,
     )
 
 

@@ -68,6 +68,8 @@ class GatewayRequest:
     request_id: str
     key: KeyInfo
     directory: ReplicaDirectory
+    # A Batch API line's: its batch's window ends then (epoch seconds), and it waits no longer.
+    wait_until: float | None = None
 
 
 async def chat_completions(request: GatewayRequest, runtime: GatewayRuntime) -> HttpResponseBase:
@@ -151,6 +153,10 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         raise ApiError(404, f"The model '{parsed.model}' does not exist.", "model_not_found", param="model")
     _check_kind(directory.kind(parsed.model), parsed)
     max_wait = _client_max_wait(request.headers)
+    refuse_if_late = max_wait is not None  # the client's own bound: the estimate may refuse it at once
+    if request.wait_until is not None:  # a batch line: it waits within its batch's window
+        window = max(0.0, request.wait_until - time.time())
+        max_wait = window if max_wait is None else min(max_wait, window)
     replicas = directory.serving(parsed.model, key.tier.name)
     if not replicas:
         raise ApiError(
@@ -207,6 +213,7 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         try:
             await lifecycle.admit(demand_of(
                 key, group, _preference(replicas, parsed, request.headers), max_wait=max_wait,
+                refuse_if_late=refuse_if_late,
                 estimate=request_estimate(parsed, len(body)),
                 completion=completion_ask(parsed, len(body), runtime.context_lengths.of(replicas))
                 if key.budget_rules else None,  # no budgets: no work (the context: its replicas' smallest)
