@@ -19,7 +19,7 @@ from fairness.gateway.errors import ApiError
 from fairness.gateway.lifecycle import demand_of
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.views import GatewayRequest
-from fairness.scheduling.units import parse_unit
+from fairness.scheduling.standing import standing_of
 from fairness.scheduling.wait_estimate import Newcomer, replay
 
 _KEPT_SECONDS = 1.0
@@ -53,20 +53,14 @@ async def _standing(request: GatewayRequest, runtime: GatewayRuntime) -> dict[st
         demand = demand_of(key, group)
         view = await admission.queue_view(group, key.unit, key.association, demand.fairshare_weight)
         at = admission.now()
-        standing = replay(view, at)
+        standing = standing_of(view, at, key.person_id)
+        requests += [{
+            "id": q.request_id, "model": name, "tier": q.tier, "position": q.position,
+            "waited_ms": round(q.waited * 1000), "estimated_wait_ms": None if q.eta is None else round(q.eta * 1000),
+        } for q in standing.mine]
         newcomer = Newcomer(key.unit, key.tier.name, demand.head_start_seconds, demand.per_key_cap, view.delay,
                             demand.borrow)
-        wait = replay(view, at, newcomer).newcomer_eta  # (apart: one that only might come moves nobody)
-        for ticket in sorted(view.waiting, key=lambda w: standing.position[w.handle]):
-            person = parse_unit(ticket.key)
-            if person is None or person[0] != key.person_id:
-                continue
-            eta = standing.eta[ticket.handle]
-            requests.append({
-                "id": ticket.handle, "model": name, "tier": person[1], "position": standing.position[ticket.handle],
-                "waited_ms": max(0, round((at - ticket.enqueued_at) * 1000)),
-                "estimated_wait_ms": None if eta is None else round(eta * 1000),
-            })
-        models.append({"model": name, "waiting": len(view.waiting),
+        wait = replay(view, at, newcomer).newcomer_eta
+        models.append({"model": name, "waiting": standing.waiting,
                        "new_request_wait_ms": None if wait is None else round(wait * 1000)})
     return {"object": "queue", "requests": requests, "models": models}

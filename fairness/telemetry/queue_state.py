@@ -99,13 +99,15 @@ def expected_wait(
 
 
 def wait_in_words(seconds: float | None) -> str:
-    """0 -> "none", 40 -> "under a minute", 190 -> "about 3 min", None -> "unknown"."""
+    """0 -> "none", 4 -> "a few seconds", 40 -> "about 40 s", 190 -> "about 3 min", None -> "unknown"."""
     if seconds is None:
         return "unknown"
     if seconds <= 0:
         return "none"
+    if seconds < 10:
+        return "a few seconds"
     if seconds < 60:
-        return "under a minute"
+        return f"about {round(seconds, -1):.0f} s"
     if seconds < 5400:
         return f"about {round(seconds / 60)} min"
     return f"about {round(seconds / 3600)} h"

@@ -75,5 +75,6 @@ def test_a_wait_that_cannot_be_timed_is_unknown():
     assert queue_state.expected_wait(BATCH, queues, HEADS, 3, 3, None) is None
     assert queue_state.expected_wait(BATCH, queues, HEADS, None, 3, 1.0) is None
     assert queue_state.wait_in_words(None) == "unknown"
-    assert queue_state.wait_in_words(30) == "under a minute"
+    assert queue_state.wait_in_words(4) == "a few seconds"
+    assert queue_state.wait_in_words(33) == "about 30 s"
     assert queue_state.wait_in_words(7200) == "about 2 h"

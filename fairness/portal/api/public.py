@@ -25,6 +25,7 @@ from fairness.scheduling.admission import admission_stats
 from fairness.store.redis_clients import redis_async
 from fairness.telemetry import alert_words, capacity_store, latency, polling, queue_state
 from fairness.telemetry.capacity_model import NO_REPLICA_SERVING, USER_COUNTS, public_sentence
+from fairness.telemetry.new_request_waits import TierAsks, new_request_waits
 
 
 class PortalApi(NinjaAPI):
@@ -79,6 +80,12 @@ class ReplicaOut(Schema):
     polled_at: dt.datetime
 
 
+class ModelWaitOut(Schema):
+    model: str
+    seconds: float | None  # null: beyond the estimator's horizon
+    words: str
+
+
 class TierOut(Schema):
     name: str
     description: str
@@ -86,8 +93,9 @@ class TierOut(Schema):
     policy_sentences: list[str]
     waiting: int  # requests of this tier in the gateway's queue now
     waiting_keys: int  # how many people they come from (admission counts a person's keys together)
-    expected_wait_seconds: float | None  # for a new request now: 0 none, null unknown
-    expected_wait: str  # the same in words: "none", "about 3 min"
+    expected_wait_seconds: float | None  # for a new request now (the longest over its models): 0 none, null unknown
+    expected_wait: str  # the same in words, per model when it may use several: "none", "about 3 min"
+    waits: list[ModelWaitOut]  # per model it may use, from the wait estimate
     ttft_requests: int  # answered requests of the last hour
     ttft_p50_ms: int | None
     ttft_p95_ms: int | None
@@ -161,7 +169,27 @@ def _draining() -> set[str]:
     return set(Replica.objects.filter(enabled=True, draining=True).values_list("name", flat=True))
 
 
-def _tiers(queues: dict[str, queue_state.TierQueue], free: int | None) -> list[TierOut]:
+def _tier_asks() -> tuple[list[TierAsks], list[str]]:
+    """Every tier as a newcomer of it would come, and the models the enabled replicas serve."""
+    tiers = [TierAsks(t.name, t.per_key_concurrency, t.head_start_seconds, t.borrow_idle_slots,
+                      frozenset(t.allowed_models) if t.allowed_models else None) for t in Tier.objects.all()]
+    return tiers, sorted(set(Replica.objects.filter(enabled=True).values_list("model", flat=True)))
+
+
+def _waits_of(tier: str, waiting: int, waits: dict[tuple[str, str], float | None]) -> list[ModelWaitOut]:
+    """The estimator's per-model waits of a tier. A wait of none while the tier has requests
+    waiting is said as what it is: they are held by their own people's limits, a newcomer is not."""
+    def words(seconds: float | None) -> str:
+        said = "over an hour" if seconds is None else queue_state.wait_in_words(seconds)
+        return "none for someone with nothing running" if said == "none" and waiting else said
+
+    return [ModelWaitOut(model=model, seconds=seconds, words=words(seconds))
+            for (name, model), seconds in sorted(waits.items()) if name == tier]
+
+
+def _tiers(
+    queues: dict[str, queue_state.TierQueue], free: int | None, waits: dict[tuple[str, str], float | None],
+) -> list[TierOut]:
     now = timezone.now()
     ttft = latency.ttft_by_tier(now - TTFT_WINDOW)
     finishes = latency.finishes_per_second_by_tier(now - FINISH_WINDOW, now)
@@ -173,14 +201,21 @@ def _tiers(queues: dict[str, queue_state.TierQueue], free: int | None) -> list[T
         # Held by its own pool cap, it waits for its pool's slots; otherwise for anyone's.
         pool_bound = free is not None and free > 0
         rate = finishes.get(t.name) if pool_bound else sum(finishes.values())
-        wait = queue_state.expected_wait(rule, queues, heads, free, settings.GP_RESERVE_SLOTS, rate)
         q = queues.get(t.name)
+        per_model = _waits_of(t.name, q.waiting if q else 0, waits)
+        if per_model:  # the wait estimate's
+            known = [w.seconds for w in per_model if w.seconds is not None]
+            wait = max(known) if len(known) == len(per_model) else None
+            said = per_model[0].words if len(per_model) == 1 else "; ".join(f"{w.model}: {w.words}" for w in per_model)
+        else:  # admission could not be read: the rule of thumb over the live counts
+            wait = queue_state.expected_wait(rule, queues, heads, free, settings.GP_RESERVE_SLOTS, rate)
+            said = queue_state.wait_in_words(wait)
         lat = ttft.get(t.name)
         sentences = tier_policy.in_words(t)
         out.append(TierOut(
             name=t.name, description=t.description, policy=" ".join(sentences), policy_sentences=sentences,
             waiting=q.waiting if q else 0, waiting_keys=q.keys if q else 0,
-            expected_wait_seconds=wait, expected_wait=queue_state.wait_in_words(wait),
+            expected_wait_seconds=wait, expected_wait=said, waits=per_model,
             ttft_requests=lat.requests if lat else 0,
             ttft_p50_ms=lat.p50_ms if lat else None, ttft_p95_ms=lat.p95_ms if lat else None,
         ))
@@ -240,11 +275,13 @@ async def capacity(request: HttpRequest) -> CapacityOut:
         free_slots=free, queue_status=status, queue_note=queue_note(status, queues, free),
     )
     work = await sync_to_async(queued_work)()
+    asks, served = await sync_to_async(_tier_asks)()
+    waits = await new_request_waits(redis_async(), asks, served)
     return CapacityOut(
         models=models, totals=totals,
         batch_work=BatchWorkOut(requests=work.requests, batches=work.batches, sentence=work.sentence),
         replicas=[_replica(r, draining) for r in rows],
-        tiers=await sync_to_async(_tiers)(queues, free), alerts=await sync_to_async(_open_alerts)(),
+        tiers=await sync_to_async(_tiers)(queues, free, waits), alerts=await sync_to_async(_open_alerts)(),
         updated_at=timezone.now(),
     )
 
