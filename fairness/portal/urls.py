@@ -5,6 +5,7 @@ from fairness.portal.pages import public as public_pages
 from fairness.portal.pages.me import home as my_pages
 from fairness.portal.pages.me import keys as my_key_pages
 from fairness.portal.pages.me import password as account_pages
+from fairness.portal.pages.me import queue as my_queue_pages
 from fairness.portal.pages.staff import accounts as staff_account_pages
 from fairness.portal.pages.staff import alerts as staff_alerts
 from fairness.portal.pages.staff import budgets as staff_budget_pages
@@ -32,6 +33,7 @@ urlpatterns = [
     path("me/keys/<str:prefix>/revoke/", my_key_pages.revoke_key, name="me-key-revoke"),
     path("me/usage/", my_pages.usage, name="me-usage"),
     path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
+    path("me/queue.json", my_queue_pages.my_queue, name="me-queue"),
     path("me/batches/", batch_pages.my_batches, name="me-batches"),
     path("me/batches/<str:public_id>/cancel/", batch_pages.my_cancel, name="me-batch-cancel"),
     path("me/files/<str:public_id>/content", batch_pages.my_file_content, name="me-file-content"),
