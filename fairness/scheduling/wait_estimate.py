@@ -6,10 +6,14 @@ just opened age only from then, and lets interactive requests that arrive later 
 ticket until it has aged past them. So the estimate replays exactly that, on the group's slots,
 from queue_view.lua's snapshot:
 
-- each running lease ends after the mean hold time measured for its tier (lib/pace.lua), less
-  its age (a lease asked back, or redoable work a chat is waiting for, ends at once);
-- each slot that frees goes to the best ticket admission would grant then;
-- requests keep arriving at each tier's measured rate, and join the line at their own score.
+- each running lease ends after the mean hold time measured for its person (else its tier:
+  lib/pace.lua), less its age;
+- each slot that frees goes to the ticket admission would grant then: the best-scored within its
+  caps, else a borrower (redoable work may take the reserve but the spare);
+- whenever requests within their caps find too few slots free, redoable work is asked back,
+  newest first, and waits again from its old place;
+- each person keeps sending requests at their measured rate, like those they have waiting or
+  running, and those join the line at their own score, held back by their own cap.
 
 Every waiting ticket's estimate comes from one replay, so a process replays a group at most a few
 times a second however many requests watch it. Pure Python, no Redis or Django: the clock is the
@@ -36,8 +40,12 @@ _GIVE_BACK_SECONDS = 0.2
 _UNMEASURED_SECONDS = 1.0
 # Arrivals forget with this time constant (s): lib/pace.lua's ARRIVAL_SECONDS.
 _ARRIVAL_SECONDS = 30.0
-# A tier arriving slower than this (per second) is not expected to come in ahead.
+# A person arriving slower than this (per second) is not expected to come in ahead.
 _LEAST_RATE = 1 / 600
+# lib/revocable.lua's SPARE_EASE: the spare shrinks by one slot this long after a chat last waited.
+_SPARE_EASE_SECONDS = 30.0
+# How far ahead the replay expects arrivals (s): beyond, whoever waits now has long had a slot.
+_ARRIVALS_AHEAD_SECONDS = 600.0
 # How far the replay looks (s) and how many grants it makes at most: beyond, the wait is "longer
 # than the horizon" (None).
 HORIZON_SECONDS = 3600.0
@@ -49,8 +57,8 @@ class Running:
     key: str
     pool: str
     granted_at: float
-    gives_back: bool  # asked back, or redoable (revocable): ends as soon as a chat needs its slot
-    revocable: bool
+    asked: bool  # asked back: it gives its slot up at once
+    revocable: bool  # redoable work on a borrowed slot: asked back when a request within its caps waits
 
 
 @dataclass(frozen=True)
@@ -130,7 +138,7 @@ def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -
     main = group_of(group)
     running = tuple(
         Running(text(leases[i]), text(leases[i + 1]), float(text(leases[i + 2])),
-                text(leases[i + 3]) == "1" or text(leases[i + 4]) == "1", text(leases[i + 3]) == "1")
+                asked=text(leases[i + 4]) == "1", revocable=text(leases[i + 3]) == "1")
         for i in range(0, len(leases), 5)
     )
     waiting = tuple(
@@ -178,7 +186,8 @@ def _arrivals(stored: str, now: float) -> Arrivals:
 class _Ticket:
     """A ticket in the replay: waiting now, a newcomer, or one expected to arrive."""
 
-    base: float  # its score before floors: enqueued_at - head start + fair-share delay
+    base: float  # its score before its stream's floor: enqueued_at - head start
+    delay: float  # its fair-share delay, added after the floor (as refresh_stream does)
     order: float  # arrival number (an expected arrival's: its arrival time)
     handle: str
     key: str
@@ -207,13 +216,17 @@ class _Slots:
         return own if own is not None else self.view.service.get(pool, self.fallback)
 
     def open_for(self, ticket: _Ticket) -> bool:
-        key_open = self.key_in_flight.get(ticket.key, 0) < self.key_cap.get(ticket.key, 0)
-        cap = self.view.pool_cap.get(ticket.pool)
-        return key_open and (cap is None or self.pool_in_flight.get(ticket.pool, 0) < cap)
+        return self.open_for_key(ticket.key, ticket.pool)
+
+    def open_for_key(self, key: str, pool: str) -> bool:
+        """Whether a request of `key` in `pool` is within its person's and its tier's caps."""
+        key_open = self.key_in_flight.get(key, 0) < self.key_cap.get(key, 0)
+        cap = self.view.pool_cap.get(pool)
+        return key_open and (cap is None or self.pool_in_flight.get(pool, 0) < cap)
 
     def score(self, ticket: _Ticket) -> float:
         floor = self.floors.get(ticket.stream)
-        return ticket.base if floor is None else max(ticket.base, floor)
+        return (ticket.base if floor is None else max(ticket.base, floor)) + ticket.delay
 
     def take(self, ticket: _Ticket) -> None:
         self.key_in_flight[ticket.key] = self.key_in_flight.get(ticket.key, 0) + 1
@@ -234,57 +247,81 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     """Grant the group's waiting tickets (and `newcomer`, if given) in admission's order as its
     slots free up, at the measured pace, until all of them have a slot or the horizon is reached."""
     slots = _Slots(view)
-    chats_wait = any(not w.revocable for w in view.waiting) or newcomer is not None
     start = max(now, view.hold_until)
     ends: list[tuple[float, int, str, str]] = []  # (when, tie, key, pool) of each running lease
+    redoable: list[int] = []  # ties of the redoable borrowed leases not asked back yet, oldest first
     for i, lease in enumerate(view.running):
         mean = slots.service(lease.pool, lease.key)
         left = max(mean - (now - lease.granted_at), mean * _OVERDUE_SHARE)
-        if lease.gives_back and (chats_wait or not lease.revocable):
+        if lease.asked:
             left = min(left, _GIVE_BACK_SECONDS)
+        elif lease.revocable:
+            redoable.append(i)
         ends.append((max(start, now + left), i, lease.key, lease.pool))
     heapq.heapify(ends)
     tie = len(ends)
     free = max(0, view.capacity - len(view.running))
+    dropped: set[int] = set()  # ends that will not come: the lease was asked back first
+    giving_back: dict[int, _Ticket | None] = {}  # the asked leases' ends -> the ticket that waits again
+    held_by: dict[int, _Ticket] = {}  # a redoable lease granted in the replay -> its ticket
 
     waiting = [
-        _Ticket(w.enqueued_at - w.head_start + w.delay, w.order, w.handle, w.key, w.pool, w.stream, w.head_start,
+        _Ticket(w.enqueued_at - w.head_start, w.delay, w.order, w.handle, w.key, w.pool, w.stream, w.head_start,
                 w.borrow, w.revocable)
         for w in view.waiting
     ]
     targets = {w.handle for w in view.waiting}
     if newcomer is not None:
         name = "\x00newcomer"
-        waiting.append(_Ticket(now - newcomer.head_start + newcomer.delay, math.inf, name, newcomer.key,
+        waiting.append(_Ticket(now - newcomer.head_start, newcomer.delay, math.inf, name, newcomer.key,
                                newcomer.pool, f"{newcomer.key}|{newcomer.pool}|{view.group}", newcomer.head_start,
                                newcomer.borrow, False))
         targets.add(name)
         slots.key_cap[newcomer.key] = newcomer.cap
-    latest = max((t.base for t in waiting), default=now)
-    arrivals = _expected_arrivals(view, now, latest)
+    arrivals = _expected_arrivals(view, now, _habits(view))
+    everyone = set(targets)
 
     eta: dict[str, float | None] = dict.fromkeys(targets)
     position: dict[str, int] = {}
     granted_now = 0  # tickets waiting now granted so far
     t = start
+    spare = _Spare(view.spare, view.reserve, t)
     for _ in range(_MOST_STEPS):
         while arrivals and arrivals[0].order <= t:
-            waiting.append(arrivals.popleft())
+            came = arrivals.popleft()
+            waiting.append(came)
+            if not came.revocable and redoable and free == 0 and slots.open_for(came):
+                spare.raise_at(t)  # a chat had to wait while redoable work borrowed
         while free > 0 and waiting:
-            chosen = _next(waiting, slots, free, view.reserve, view.spare)
+            chosen, borrowed = _next(waiting, slots, free, view.reserve, spare.at(t))
             if chosen is None:
                 break
             waiting.remove(chosen)
             free -= 1
             slots.take(chosen)
             heapq.heappush(ends, (t + slots.service(chosen.pool, chosen.key), tie, chosen.key, chosen.pool))
+            if borrowed and chosen.revocable:
+                redoable.append(tie)
+                held_by[tie] = chosen
             tie += 1
             if chosen.handle in targets:
                 eta[chosen.handle] = t - now
                 targets.discard(chosen.handle)
-                position[chosen.handle] = granted_now
-                granted_now += 1
-        if not targets:
+                if chosen.handle not in position:
+                    position[chosen.handle] = granted_now
+                    granted_now += 1
+        # Chats within their caps find too few slots free: redoable work is asked back, newest first.
+        within = sum(1 for w in waiting if not w.revocable and slots.open_for(w))
+        while within and redoable and free + len(giving_back) < spare.at(t) + within:
+            asked = redoable.pop()
+            dropped.add(asked)
+            ticket = held_by.pop(asked, None)
+            giving_back[tie] = ticket
+            heapq.heappush(ends, (t + _GIVE_BACK_SECONDS, tie, *_holder(ends, asked)))
+            tie += 1
+        # Done once every one has a slot it keeps: redoable work may yet be asked back.
+        if not targets and not any(held is not None and held.handle in everyone
+                                   for held in (*held_by.values(), *giving_back.values())):
             break
         next_end = ends[0][0] if ends else math.inf
         next_arrival = arrivals[0].order if arrivals else math.inf
@@ -292,19 +329,55 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
         if t - now > HORIZON_SECONDS:
             break
         if next_end <= next_arrival:
-            _, _, key, pool = heapq.heappop(ends)
+            _, ended, key, pool = heapq.heappop(ends)
+            if ended in dropped:
+                continue
+            if ended in redoable:
+                redoable.remove(ended)
+            held_by.pop(ended, None)
             slots.end(key, pool, t, waiting)
             free += 1
+            if ended in giving_back and (again := giving_back.pop(ended)) is not None:
+                waiting.append(again)  # it runs again later, from its old place in line
+                if again.handle in everyone:
+                    targets.add(again.handle)
+            else:
+                giving_back.pop(ended, None)
     for handle in targets:  # not granted within the horizon: behind everyone granted
-        position[handle] = granted_now
+        position.setdefault(handle, granted_now)
+        eta[handle] = None
     newcomer_eta = eta.pop("\x00newcomer", None)
     position.pop("\x00newcomer", None)
     return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service))
 
 
-def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int, spare: int) -> _Ticket | None:
-    """The ticket admission grants next: the best-scored one within its caps, else the
-    best-scored one that may borrow (beyond the reserve; redoable work, beyond the spare)."""
+class _Spare:
+    """The slots redoable work leaves free, as lib/revocable.lua keeps it: one more each time a
+    chat has to wait for a slot while redoable work borrows, at most the reserve, one less every
+    _SPARE_EASE_SECONDS no chat had to."""
+
+    def __init__(self, level: int, reserve: int, now: float) -> None:
+        self.level, self.reserve, self.raised_at = level, reserve, now
+
+    def at(self, t: float) -> int:
+        if self.level <= 0:
+            return 0
+        return max(1, self.level - math.floor((t - self.raised_at) / _SPARE_EASE_SECONDS))
+
+    def raise_at(self, t: float) -> None:
+        if self.reserve > 0:
+            self.level, self.raised_at = min(self.reserve, max(self.at(t), 0) + 1), t
+
+
+def _holder(ends: list[tuple[float, int, str, str]], tie: int) -> tuple[str, str]:
+    """The (key, pool) of the lease whose end is `tie`."""
+    return next((key, pool) for _, at, key, pool in ends if at == tie)
+
+
+def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int, spare: int) -> tuple[_Ticket | None, bool]:
+    """The ticket admission grants next, and whether it borrows: the best-scored one within its
+    caps, else the best-scored one that may borrow (beyond the reserve; redoable work, beyond the
+    spare)."""
     best: _Ticket | None = None
     best_score = math.inf
     for ticket in waiting:
@@ -313,25 +386,45 @@ def _next(waiting: list[_Ticket], slots: _Slots, free: int, reserve: int, spare:
             if score < best_score or (score == best_score and best is not None and ticket.order < best.order):
                 best, best_score = ticket, score
     if best is not None or free - 1 < min(reserve, spare):
-        return best
+        return best, False
     borrowers = [t for t in waiting if t.borrow and (free - 1 >= reserve or (t.revocable and free - 1 >= spare))]
-    return min(borrowers, key=lambda t: (slots.score(t), t.order), default=None)
+    return min(borrowers, key=lambda t: (slots.score(t), t.order), default=None), True
 
 
-def _expected_arrivals(view: QueueView, now: float, latest: float) -> deque[_Ticket]:
-    """The requests expected to arrive, evenly at each person's rate, that could go ahead of a
-    ticket waiting now (scored below the latest score waiting), within the horizon. Each is its
-    person's: their cap holds it back as it would them."""
+@dataclass(frozen=True)
+class _Habit:
+    """What a person's next requests will be like, judged by those they have waiting or running."""
+
+    delay: float = 0.0
+    borrow: bool = False
+    revocable: bool = False
+
+
+def _habits(view: QueueView) -> dict[str, _Habit]:
+    habits: dict[str, _Habit] = {}
+    for w in view.waiting:
+        habits[w.key] = _Habit(max(w.delay, 0.0), w.borrow, w.revocable)
+    for lease in view.running:  # redoable work on a borrowed slot: its person's work borrows so
+        if lease.revocable and lease.key not in habits:
+            habits[lease.key] = _Habit(0.0, True, True)
+    return habits
+
+
+def _expected_arrivals(view: QueueView, now: float, habits: dict[str, _Habit]) -> deque[_Ticket]:
+    """The requests expected to arrive, evenly at each person's rate, over the next
+    _ARRIVALS_AHEAD_SECONDS. Each is its person's: their cap holds it back as it would them."""
     out: list[_Ticket] = []
     for key, coming in view.arrivals.items():
         if coming.rate < _LEAST_RATE:
             continue
-        until = min(latest + coming.head_start, now + HORIZON_SECONDS)
-        count = min(int((until - now) * coming.rate), _MOST_STEPS)
+        habit = habits.get(key, _Habit())
+        # Any of them may go first: by its score, or (redoable work) by borrowing the reserve that
+        # others may not. They join the replay only as its clock reaches them.
+        count = min(int(_ARRIVALS_AHEAD_SECONDS * coming.rate), _MOST_STEPS)
         for i in range(1, count + 1):
             at = now + i / coming.rate
-            out.append(_Ticket(at - coming.head_start, at, f"\x00arrival {key} {i}", key, coming.pool,
-                               f"{key}|{coming.pool}|{view.group}", coming.head_start, False, False))
+            out.append(_Ticket(at - coming.head_start, habit.delay, at, f"\x00arrival {key} {i}", key, coming.pool,
+                               f"{key}|{coming.pool}|{view.group}", coming.head_start, habit.borrow, habit.revocable))
     out.sort(key=lambda t: t.order)
     return deque(out)
 

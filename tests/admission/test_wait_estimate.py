@@ -18,6 +18,7 @@ from tests.support.admission import (
     bob,
     carol,
     enqueue,
+    eventually,
     granted,
     like,
     queued,
@@ -132,7 +133,11 @@ async def test_a_grant_carries_the_estimate_its_request_queued_with(admission: A
     await hold_for(admission, clock, 10.0)
     at_once = await admitted(admission, zed)
     assert at_once.queue_estimate is None  # it never queued
-    task = await enqueue(admission, alice)
+    handle = new_handle()
+    task = asyncio.get_running_loop().create_task(admission.acquire(alice, handle))
+    # Its estimate is made by the group's next replay (at most one a quarter second): once a
+    # replay has it, the request has its estimate too (it waited for that replay first).
+    await eventually(lambda: admission.ticket_wait(GROUP, handle), what="the ticket estimated")
     clock.advance(3.0)
     await admission.release(at_once)
     grant = await granted(task)

@@ -38,7 +38,7 @@ def view(running: list[Running], waiting: list[Waiting], *, capacity: int = 1, c
 
 
 def lease(key: str, pool: str, age: float, **more: Any) -> Running:
-    return Running(key, pool, NOW - age, more.get("gives_back", False), more.get("revocable", False))
+    return Running(key, pool, NOW - age, more.get("asked", False), more.get("revocable", False))
 
 
 def test_one_slot_grants_in_score_order_not_arrival_order() -> None:
@@ -114,7 +114,7 @@ def test_fair_share_delay_moves_a_ticket_back() -> None:
 
 
 def test_redoable_work_gives_its_slot_back_when_a_chat_waits() -> None:
-    result = replay(view([lease("runner", "batch", 1.0, gives_back=True, revocable=True)],
+    result = replay(view([lease("runner", "batch", 1.0, revocable=True)],
                          [ticket("alice", "alice", "chat", NOW, 600, 1)], service={"batch": 100.0, "chat": 2.0}), NOW)
     assert result.eta["alice"] is not None and result.eta["alice"] < 1.0
 
@@ -171,3 +171,16 @@ def test_redoable_work_may_take_the_reserve_but_the_spare() -> None:
                          reserve=3, spare=1), NOW)
     assert result.eta["line"] == pytest.approx(0.0)
     assert result.eta["flood"] is None or result.eta["flood"] > 0.0
+
+
+def test_redoable_work_granted_in_the_replay_is_asked_back_for_the_chats_that_come_after() -> None:
+    def snapshot(chats: float) -> QueueView:
+        return view([lease("zed", "chat", 0.0)], [ticket("line", "grace", "batch", NOW, 0, 1, borrow=True,
+                                                         revocable=True)],
+                    capacity=3, caps={"grace": 0}, reserve=3, spare=1, service={"chat": 10.0, "batch": 10.0},
+                    arrivals={} if not chats else {"chatter": Arrivals(chats, 600.0, "chat")})
+
+    assert replay(snapshot(0.0), NOW).eta["line"] == pytest.approx(0.0)  # it borrows a spare slot at once
+    # A chat a second: the second finds no slot free, so the line is asked back and waits again.
+    later = replay(snapshot(1.0), NOW).eta["line"]
+    assert later is None or later > 2.0

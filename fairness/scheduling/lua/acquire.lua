@@ -159,6 +159,9 @@ local function at_once()
   take(handle, key, pool, group, replica, borrowed, enq, NOW + TTL, assoc, estimated, budgets, revocable,
     chan)
   ask_revocable(group, borrowed == 0 and not revocable)  -- the spare may be gone now
+  -- Granted at once while others wait: it took a slot they wait for, so the wait estimate counts
+  -- its person's arrivals too (on a card nobody waits for, this costs nothing).
+  if not moving and anyone_waiting() then note_arrival(key, pool, group, head_start) end
   return {REPLY.granted, borrowed, string.format('%.6f', NOW - enq), replica, left, limit}
 end
 local now = at_once()

@@ -1,8 +1,9 @@
 -- lib/pace.lua: what the wait estimate (wait_estimate.py) needs measured: how long a lease is held
 -- (the slots' pace), per tier and per person in a tier (one person's requests may be ten times
--- another's in one tier), and how often each person's requests arrive that must wait (who may
+-- another's in one tier), and how often each person's requests arrive while others wait (who may
 -- come in ahead, and at what pace their cap lets them). Written by a release while anyone waits
--- and by a request that queues: a card nobody waits for pays nothing for them.
+-- and by a request that queues or is granted while anyone waits: a card nobody waits for pays
+-- nothing for them.
 
 -- How fast the measures forget: a service time's weight, an arrival's time constant (s).
 local SERVICE_WEIGHT = 0.1
@@ -23,7 +24,7 @@ local function note_service(key, pool, group, held)
   redis.call('HSET', NS .. KEY.service_seconds_by_key, by_key, moving_mean(key_mean, held))
 end
 
--- A new request of `key` (in `pool`, with its head start) queued for `group`: the key's arrival
+-- A new request of `key` (in `pool`, with its head start) came for `group` while others wait: the key's arrival
 -- rate is an exponentially decayed count (a rate per second once divided by the time constant),
 -- stored "count|at|head start|pool".
 local function note_arrival(key, pool, group, head_start)
