@@ -646,7 +646,7 @@ class Admission:
                 self._queued.add(handle)
                 if first_queued:
                     first_queued = False
-                    queue_estimate = await self._first_estimate(demand.group, handle)
+                    queue_estimate = await self._estimate_unless_granted(demand.group, handle, future)
                     if demand.refuse_if_late:
                         self._refuse_if_late(demand, queue_estimate, deadline)
                 self._wake_keeper(sooner=len(self._queued) == 1)
@@ -705,6 +705,17 @@ class Admission:
         if result is None or not result.measured:
             return max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds)))
         return retry_after_seconds(result.newcomer_eta)
+
+    async def _estimate_unless_granted(self, group: str, handle: str, granted: asyncio.Future[_Turn]) -> float | None:
+        """_first_estimate, unless the ticket's turn comes first: a grant is never held up by it."""
+        estimating = asyncio.get_running_loop().create_task(self._first_estimate(group, handle))
+        try:
+            either: set[asyncio.Future[Any]] = {estimating, granted}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not estimating.done():
+                await cancel_and_wait(estimating)  # (the replay it waited for goes on for others)
+        return estimating.result() if not estimating.cancelled() else _NOT_WAITING
 
     async def _first_estimate(self, group: str, handle: str) -> float | None:
         """The wait estimate of a ticket just queued (None: granted meanwhile, beyond the horizon,
