@@ -646,9 +646,9 @@ class Admission:
                 self._queued.add(handle)
                 if first_queued:
                     first_queued = False
-                    queue_estimate = await self._estimate_unless_granted(demand.group, handle, future)
+                    queue_estimate = await self._estimate_unless_granted(demand.group, handle, enqueued_at, future)
                     if demand.refuse_if_late:
-                        self._refuse_if_late(demand, queue_estimate, deadline)
+                        self._refuse_if_late(demand, queue_estimate)
                 self._wake_keeper(sooner=len(self._queued) == 1)
                 self._upkeep_after_hold(float(text(reply[2])) if len(reply) > 2 else 0.0)
                 waited = await self._wait_turn(handle, future, deadline)
@@ -706,9 +706,11 @@ class Admission:
             return max(1, min(_MAX_RETRY_AFTER, math.ceil(demand.max_wait_seconds)))
         return retry_after_seconds(result.newcomer_eta)
 
-    async def _estimate_unless_granted(self, group: str, handle: str, granted: asyncio.Future[_Turn]) -> float | None:
+    async def _estimate_unless_granted(
+        self, group: str, handle: str, enqueued_at: float, granted: asyncio.Future[_Turn]
+    ) -> float | None:
         """_first_estimate, unless the ticket's turn comes first: a grant is never held up by it."""
-        estimating = asyncio.get_running_loop().create_task(self._first_estimate(group, handle))
+        estimating = asyncio.get_running_loop().create_task(self._first_estimate(group, handle, enqueued_at))
         try:
             either: set[asyncio.Future[Any]] = {estimating, granted}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -717,9 +719,10 @@ class Admission:
                 await cancel_and_wait(estimating)  # (the replay it waited for goes on for others)
         return estimating.result() if not estimating.cancelled() else _NOT_WAITING
 
-    async def _first_estimate(self, group: str, handle: str) -> float | None:
-        """The wait estimate of a ticket just queued (None: granted meanwhile, beyond the horizon,
-        or Redis did not answer: the request waits on regardless)."""
+    async def _first_estimate(self, group: str, handle: str, enqueued_at: float) -> float | None:
+        """The wait estimate of a ticket just queued, from when it queued: what it waited until
+        the replay, and what the replay says is left (None: beyond the horizon, or Redis did not
+        answer: the request waits on regardless; _NOT_WAITING: granted meanwhile)."""
         try:
             result = await self.group_replay(group, max_age=0)
             if handle not in result.eta:  # that replay began before it queued
@@ -729,12 +732,15 @@ class Admission:
             return None
         if not result.measured:
             return _UNMEASURED
-        return result.eta.get(handle, _NOT_WAITING)
+        if handle not in result.eta:
+            return _NOT_WAITING
+        left = result.eta[handle]
+        return None if left is None else left + max(0.0, result.at - enqueued_at)
 
-    def _refuse_if_late(self, demand: Demand, estimate: float | None, deadline: float) -> None:
+    def _refuse_if_late(self, demand: Demand, estimate: float | None) -> None:
         """The client's bound is shorter than the wait estimate: refuse now, with the estimate
         (not on a guess: with no pace measured yet, it waits for its bound)."""
-        if estimate in (_NOT_WAITING, _UNMEASURED) or (estimate is not None and estimate <= deadline - self._clock()):
+        if estimate in (_NOT_WAITING, _UNMEASURED) or (estimate is not None and estimate <= demand.max_wait_seconds):
             return
         said = "over an hour" if estimate is None else f"about {estimate:.1f} s"
         raise WillNotStartInTime(

@@ -127,6 +127,7 @@ class Replay:
     newcomer_eta: float | None = None
     drain_per_second: float = 0.0  # slots the group frees per second, at the pace measured
     measured: bool = True  # False: no tier's pace on the group was measured yet, the pace is a guess
+    at: float = 0.0  # the time it replayed from: each estimate is seconds from then
 
     def wait_of(self, handle: str) -> float | None:
         return self.eta.get(handle)
@@ -348,7 +349,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
         eta[handle] = None
     newcomer_eta = eta.pop("\x00newcomer", None)
     position.pop("\x00newcomer", None)
-    return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service))
+    return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service), at=now)
 
 
 class _Spare:
