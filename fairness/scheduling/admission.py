@@ -92,7 +92,7 @@ _UPKEEP_RETRY_SECONDS = 0.05
 _REPLAY_MAX_AGE = 0.5
 # ... and replays it at most this often whoever asks (s): about 15 ms of CPU each under a mixed
 # load of 45 waiting, so a busy gateway spends at most a few percent of a core on estimates.
-_REPLAY_SPACING = 0.25
+_REPLAY_SPACING = 0.5
 _NOT_WAITING = -1.0  # _first_estimate: the ticket was granted before its estimate was made
 _UNMEASURED = -2.0  # _first_estimate: no pace was measured on its group yet; the estimate is a guess
 

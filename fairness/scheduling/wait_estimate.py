@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,10 +45,11 @@ _LEAST_RATE = 1 / 600
 _SPARE_EASE_SECONDS = 30.0
 # How far ahead the replay expects arrivals (s): beyond, whoever waits now has long had a slot.
 _ARRIVALS_AHEAD_SECONDS = 600.0
+_MOST_PENDING = 32  # a person's expected requests waiting in the replay at once
 # How far the replay looks (s) and how many grants it makes at most: beyond, the wait is "longer
 # than the horizon" (None).
 HORIZON_SECONDS = 3600.0
-_MOST_STEPS = 20_000
+_MOST_STEPS = 4_000
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
                                newcomer.borrow, False))
         targets.add(name)
         slots.key_cap[newcomer.key] = newcomer.cap
-    arrivals = _expected_arrivals(view, now, _habits(view))
+    arrivals = _Arrivals(view, now, _habits(view))
     everyone = set(targets)
 
     eta: dict[str, float | None] = dict.fromkeys(targets)
@@ -288,9 +288,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     t = start
     spare = _Spare(view.spare, view.reserve, t)
     for _ in range(_MOST_STEPS):
-        while arrivals and arrivals[0].order <= t:
-            came = arrivals.popleft()
-            waiting.append(came)
+        for came in arrivals.take(t, waiting):
             if not came.revocable and redoable and free == 0 and slots.open_for(came):
                 spare.raise_at(t)  # a chat had to wait while redoable work borrowed
         while free > 0 and waiting:
@@ -325,7 +323,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
                                    for held in (*held_by.values(), *giving_back.values())):
             break
         next_end = ends[0][0] if ends else math.inf
-        next_arrival = arrivals[0].order if arrivals else math.inf
+        next_arrival = arrivals.next_at()
         t = min(next_end, next_arrival)
         if t - now > HORIZON_SECONDS:
             break
@@ -411,23 +409,41 @@ def _habits(view: QueueView) -> dict[str, _Habit]:
     return habits
 
 
-def _expected_arrivals(view: QueueView, now: float, habits: dict[str, _Habit]) -> deque[_Ticket]:
-    """The requests expected to arrive, evenly at each person's rate, over the next
-    _ARRIVALS_AHEAD_SECONDS. Each is its person's: their cap holds it back as it would them."""
-    out: list[_Ticket] = []
-    for key, coming in view.arrivals.items():
-        if coming.rate < _LEAST_RATE:
-            continue
-        habit = habits.get(key, _Habit())
-        # Any of them may go first: by its score, or (redoable work) by borrowing the reserve that
-        # others may not. They join the replay only as its clock reaches them.
-        count = min(int(_ARRIVALS_AHEAD_SECONDS * coming.rate), _MOST_STEPS)
-        for i in range(1, count + 1):
-            at = now + i / coming.rate
-            out.append(_Ticket(at - coming.head_start, habit.delay, at, f"\x00arrival {key} {i}", key, coming.pool,
-                               f"{key}|{coming.pool}|{view.group}", coming.head_start, habit.borrow, habit.revocable))
-    out.sort(key=lambda t: t.order)
-    return deque(out)
+class _Arrivals:
+    """The requests each person is expected to send, evenly at their measured rate, made only as
+    the replay's clock reaches them (a busy person's rate times a long replay would be far too
+    many to make up front). Each is its person's: their cap holds it back as it would them, and
+    at most _MOST_PENDING of one person's wait in the replay at once (more could only queue
+    behind them)."""
+
+    def __init__(self, view: QueueView, now: float, habits: dict[str, _Habit]) -> None:
+        self._view, self._now, self._habits = view, now, habits
+        self._sent: dict[str, int] = {}
+        self._due: list[tuple[float, str]] = [
+            (now + 1 / coming.rate, key) for key, coming in view.arrivals.items() if coming.rate >= _LEAST_RATE
+        ]
+        heapq.heapify(self._due)
+
+    def next_at(self) -> float:
+        return self._due[0][0] if self._due else math.inf
+
+    def take(self, until: float, waiting: list[_Ticket]) -> list[_Ticket]:
+        """The arrivals due by `until`, each added to `waiting` unless its person has too many there."""
+        came = []
+        while self._due and self._due[0][0] <= until:
+            at, key = heapq.heappop(self._due)
+            coming, habit = self._view.arrivals[key], self._habits.get(key, _Habit())
+            n = self._sent[key] = self._sent.get(key, 0) + 1
+            if at - self._now < _ARRIVALS_AHEAD_SECONDS:
+                heapq.heappush(self._due, (at + 1 / coming.rate, key))
+            if sum(1 for w in waiting if w.key == key) >= _MOST_PENDING:
+                continue
+            ticket = _Ticket(at - coming.head_start, habit.delay, at, f"\x00arrival {key} {n}", key, coming.pool,
+                             f"{key}|{coming.pool}|{self._view.group}", coming.head_start, habit.borrow,
+                             habit.revocable)
+            waiting.append(ticket)
+            came.append(ticket)
+        return came
 
 
 def _drain(view: QueueView, slots: _Slots) -> float:

@@ -58,7 +58,9 @@ async def test_pinned_and_free_demands_from_two_processes_never_overfill_a_repli
     await here.set_capacity(GROUP, {"r0": 2, "r1": 2})
     demands = [like(alice, key_id=f"p{i}", group=PINNED, **OPEN) for i in range(6)]
     demands += [like(alice, key_id=f"f{i}", **OPEN) for i in range(6)]
-    tasks = [start((here, there)[i % 2], demand) for i, demand in enumerate(demands)]
+    owners = [(here, there)[i % 2] for i in range(len(demands))]
+    tasks = [start(owner, demand) for owner, demand in zip(owners, demands, strict=True)]
+    owner_of = dict(zip(tasks, owners, strict=True))  # each grant is given back by its own process
     await asyncio.sleep(0)
     for _round in range(8):  # release what runs, a round at a time, until everyone has run
         done = [t for t in tasks if t.done()]
@@ -71,7 +73,7 @@ async def test_pinned_and_free_demands_from_two_processes_never_overfill_a_repli
                 grant = task.result()
                 if grant.demand.group == PINNED:
                     assert grant.replica == "r0"
-                await here.release(grant)
+                await owner_of[task].release(grant)
                 task.released = True  # type: ignore[attr-defined]
         if all(getattr(t, "released", False) for t in tasks):
             break
