@@ -9,6 +9,7 @@ nothing more and tells nothing newer.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -53,14 +54,15 @@ async def _standing(request: GatewayRequest, runtime: GatewayRuntime) -> dict[st
         demand = demand_of(key, group)
         view = await admission.queue_view(group, key.unit, key.association, demand.fairshare_weight)
         at = admission.now()
-        standing = standing_of(view, at, key.person_id)
+        # Off the event loop: a replay may take a while.
+        standing = await asyncio.to_thread(standing_of, view, at, key.person_id)
         requests += [{
             "id": q.request_id, "model": name, "tier": q.tier, "position": q.position,
             "waited_ms": round(q.waited * 1000), "estimated_wait_ms": None if q.eta is None else round(q.eta * 1000),
         } for q in standing.mine]
         newcomer = Newcomer(key.unit, key.tier.name, demand.head_start_seconds, demand.per_key_cap, view.delay,
                             demand.borrow)
-        wait = replay(view, at, newcomer).newcomer_eta
+        wait = (await asyncio.to_thread(replay, view, at, newcomer)).newcomer_eta
         models.append({"model": name, "waiting": standing.waiting,
                        "new_request_wait_ms": None if wait is None else round(wait * 1000)})
     return {"object": "queue", "requests": requests, "models": models}

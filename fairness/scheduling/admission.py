@@ -90,8 +90,8 @@ _UPKEEP_RETRY_SECONDS = 0.05
 
 # A process replays a group's queue for its waiting requests' estimates at most this often (s).
 _REPLAY_MAX_AGE = 0.5
-# ... and replays it at most this often whoever asks (s): about 15 ms of CPU each under a mixed
-# load of 45 waiting, so a busy gateway spends at most a few percent of a core on estimates.
+# ... and replays it at most this often whoever asks (s): a replay's work is bounded (about 20 ms
+# of CPU at most, wait_estimate._MOST_WORK), so a busy gateway spends a few percent of a core on it.
 _REPLAY_SPACING = 0.5
 _NOT_WAITING = -1.0  # _first_estimate: the ticket was granted before its estimate was made
 _UNMEASURED = -2.0  # _first_estimate: no pace was measured on its group yet; the estimate is a guess
@@ -533,7 +533,7 @@ class Admission:
         view = await self.queue_view(demand.group, demand.key_id, demand.association, demand.fairshare_weight)
         newcomer = Newcomer(demand.key_id, demand.tier, demand.head_start_seconds, demand.per_key_cap, view.delay,
                             demand.borrow)
-        return replay(view, self._clock(), newcomer)
+        return await asyncio.to_thread(replay, view, self._clock(), newcomer)
 
     async def group_replay(self, group: str, max_age: float = _REPLAY_MAX_AGE) -> Replay:
         """Every waiting ticket's estimate in `group`, from a replay at most `max_age` seconds
@@ -557,7 +557,9 @@ class Admission:
         self._replayed_at[group] = time.monotonic()
         view = await self.queue_view(group)
         now = self._clock()
-        result = replay(view, now)
+        # In a thread: a long replay (tens of ms) must not hold up the event loop's other work,
+        # leases' renewals among it.
+        result = await asyncio.to_thread(replay, view, now)
         self._replays[group] = (now, result)
         return result
 
@@ -691,7 +693,7 @@ class Admission:
             return None
         filling = {w.handle for w in view.waiting
                    if bound == "total" or (w.key == demand.key_id if bound == "key" else w.pool == demand.tier)}
-        result = replay(view, self._clock())
+        result = await asyncio.to_thread(replay, view, self._clock())
         etas = [eta for handle, eta in result.eta.items() if handle in filling and eta is not None]
         return retry_after_seconds(min(etas)) if etas and result.measured else None
 

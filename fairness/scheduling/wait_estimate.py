@@ -50,6 +50,9 @@ _MOST_PENDING = 32  # a person's expected requests waiting in the replay at once
 # than the horizon" (None).
 HORIZON_SECONDS = 3600.0
 _MOST_STEPS = 4_000
+# ... and how much work it does at most (tickets looked at, summed over its steps): a replay runs
+# on the gateway's event loop, so it must stay short (about 20 ms here) whatever the queue holds.
+_MOST_WORK = 60_000
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,11 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     granted_now = 0  # tickets waiting now granted so far
     t = start
     spare = _Spare(view.spare, view.reserve, t)
+    work = 0  # tickets looked at: the replay's cost, bounded (beyond, the wait is unknown: None)
     for _ in range(_MOST_STEPS):
+        work += len(waiting)
+        if work > _MOST_WORK:
+            break
         for came in arrivals.take(t, waiting):
             if not came.revocable and redoable and free == 0 and slots.open_for(came):
                 spare.raise_at(t)  # a chat had to wait while redoable work borrowed

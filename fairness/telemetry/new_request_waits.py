@@ -5,6 +5,7 @@ is public and polled, and a replay is the same for every reader within that seco
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ async def new_request_waits(
                 # A person of nobody's: no lease, no usage, the tier's cap.
                 newcomer = Newcomer("\x00newcomer." + tier.name, tier.name, tier.head_start_seconds,
                                     tier.per_key_concurrency, 0.0, tier.borrow_idle_slots)
-                out[tier.name, model] = replay(view, now, newcomer).newcomer_eta
+                out[tier.name, model] = (await asyncio.to_thread(replay, view, now, newcomer)).newcomer_eta
         return out
     except (RedisError, OSError):
         return {}

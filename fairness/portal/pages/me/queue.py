@@ -4,6 +4,7 @@ Only their own: the replay sees everyone's tickets, the answer names theirs alon
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -34,7 +35,8 @@ async def waiting_of(person_id: int) -> list[dict[str, Any]] | None:
     try:
         for model in await sync_to_async(_served_models)():
             view = await admission.queue_view(model)
-            for q in standing_of(view, admission.now(), person_id).mine:
+            standing = await asyncio.to_thread(standing_of, view, admission.now(), person_id)
+            for q in standing.mine:
                 rows.append({
                     "id": q.request_id, "model": model, "tier": q.tier, "position": q.position,
                     "waited_seconds": round(q.waited, 1),
