@@ -128,12 +128,8 @@ class Replay:
     eta: dict[str, float | None]
     position: dict[str, int]
     newcomer_eta: float | None = None
-    drain_per_second: float = 0.0  # slots the group frees per second, at the pace measured
     measured: bool = True  # False: no tier's pace on the group was measured yet, the pace is a guess
     at: float = 0.0  # the time it replayed from: each estimate is seconds from then
-
-    def wait_of(self, handle: str) -> float | None:
-        return self.eta.get(handle)
 
 
 def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -> QueueView:
@@ -354,7 +350,7 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
         eta[handle] = None
     newcomer_eta = eta.pop("\x00newcomer", None)
     position.pop("\x00newcomer", None)
-    return Replay(eta, position, newcomer_eta, _drain(view, slots), measured=bool(view.service), at=now)
+    return Replay(eta, position, newcomer_eta, measured=bool(view.service), at=now)
 
 
 class _Spare:
@@ -451,13 +447,3 @@ class _Arrivals:
             waiting.append(ticket)
             came.append(ticket)
         return came
-
-
-def _drain(view: QueueView, slots: _Slots) -> float:
-    """Slots the group frees per second at full load, at the pace measured: each slot once per
-    mean hold time of the tier that holds it now (an idle one at the group's mean)."""
-    if view.capacity <= 0:
-        return 0.0
-    held = [slots.service(lease.pool, lease.key) for lease in view.running]
-    held += [slots.fallback] * max(0, view.capacity - len(held))
-    return sum(1 / max(seconds, 1e-3) for seconds in held[: view.capacity])
