@@ -110,6 +110,9 @@ class QueuedStream:
             return await self._where()
         except (RedisError, OSError):  # no estimate this second; the request waits on regardless
             return None
+        except Exception:  # nor when the estimate itself failed: it only informs
+            log.exception("a queued stream's place could not be told")
+            return None
 
     async def _settle(self) -> None:
         if not self._task.done():

@@ -94,7 +94,7 @@ _REPLAY_MAX_AGE = 0.5
 # of CPU at most, wait_estimate._MOST_WORK), so a busy gateway spends a few percent of a core on it.
 _REPLAY_SPACING = 0.5
 _NOT_WAITING = -1.0  # _first_estimate: the ticket was granted before its estimate was made
-_UNMEASURED = -2.0  # _first_estimate: no pace was measured on its group yet; the estimate is a guess
+_UNMEASURED = -2.0  # _first_estimate: no pace was measured on its group yet, or no estimate was made
 
 
 def new_handle() -> str:
@@ -723,15 +723,19 @@ class Admission:
 
     async def _first_estimate(self, group: str, handle: str, enqueued_at: float) -> float | None:
         """The wait estimate of a ticket just queued, from when it queued: what it waited until
-        the replay, and what the replay says is left (None: beyond the horizon, or Redis did not
-        answer: the request waits on regardless; _NOT_WAITING: granted meanwhile)."""
+        the replay, and what the replay says is left (None: beyond the horizon; _UNMEASURED: no
+        pace measured yet, or no estimate could be made: the request waits on regardless;
+        _NOT_WAITING: granted meanwhile)."""
         try:
             result = await self.group_replay(group, max_age=0)
             if handle not in result.eta:  # that replay began before it queued
                 result = await self.group_replay(group, max_age=0)
         except (RedisError, OSError):
             logger.warning("admission: no wait estimate for %s", handle, exc_info=True)
-            return None
+            return _UNMEASURED  # not known: a deadline is not refused on it
+        except Exception:  # an estimate only informs: a fault in it must never fail the request
+            logger.exception("admission: the wait estimate failed for %s", handle)
+            return _UNMEASURED
         if not result.measured:
             return _UNMEASURED
         if handle not in result.eta:

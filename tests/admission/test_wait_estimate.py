@@ -5,6 +5,7 @@ when the estimate says it would be missed. (The replay itself: tests/wait_estima
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 
 import pytest
@@ -103,6 +104,28 @@ async def test_a_client_bound_below_the_estimate_is_refused_at_once(admission: A
     task = await enqueue(admission, patient)
     await admission.release(blocker)
     await admission.release(await granted(task))
+
+
+async def test_a_fault_in_the_estimate_fails_no_request_and_refuses_no_bound(
+    admission: Admission, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    await hold_for(admission, clock, 10.0)
+    blocker = await admitted(admission, zed)
+
+    def broken(*_: object, **__: object) -> None:
+        raise ValueError("a snapshot the replay cannot read")
+
+    monkeypatch.setattr("fairness.scheduling.admission.replay", broken)
+    caplog.set_level(logging.ERROR, logger="fairness.scheduling.admission")
+    # A bound the estimate would refuse (as the test above): with no estimate, it waits instead.
+    task = await enqueue(admission, like(alice, max_wait_seconds=2.0, refuse_if_late=True))
+    await eventually(lambda: "the wait estimate failed" in caplog.text, what="the estimate tried")
+    assert not task.done()
+    await admission.release(blocker)
+    grant = await granted(task)
+    assert grant.queue_estimate is None
+    await admission.release(grant)
 
 
 async def test_without_a_client_bound_nobody_is_refused_for_the_estimate(
