@@ -237,8 +237,9 @@ class _Pool:
         self.loop = loop
         self.idle: dict[tuple[str, int], deque[_Connection]] = {}
 
-    async def connect(self, address: tuple[str, int], timeout: float) -> _Connection:
-        idle = self.idle.get(address)
+    async def connect(self, address: tuple[str, int], timeout: float, fresh: bool = False) -> _Connection:
+        """A kept connection to `address` if one is idle (unless `fresh`), else a new one."""
+        idle = None if fresh else self.idle.get(address)
         while idle:
             connection = idle.pop()
             transport = connection.transport
@@ -308,8 +309,9 @@ async def post(
     """POST `body` and return once the response headers are in; the body streams after.
 
     A reused keep-alive connection that the engine has closed meanwhile fails before any byte
-    of an answer; the request then goes once more on a fresh connection. `max_response_bytes`
-    caps what the response's aread() takes.
+    of an answer; the request then goes once more on a fresh connection (not another kept one:
+    an engine closes the connections idle since the same moment together, and this loop may not
+    have seen it yet). `max_response_bytes` caps what the response's aread() takes.
     """
     _check_headers(headers)
     address, host, prefix = _address(base_url)
@@ -319,7 +321,7 @@ async def post(
     message = "".join(head).encode("latin-1") + body
     pool = _pool()
     for attempt in (1, 2):
-        connection = await pool.connect(address, connect_timeout)
+        connection = await pool.connect(address, connect_timeout, fresh=attempt == 2)
         try:
             return await _exchange(pool, connection, message, read_timeout, max_response_bytes)
         except (httpx.RemoteProtocolError, httpx.WriteError):

@@ -162,6 +162,37 @@ async def test_a_kept_connection_the_engine_dropped_is_replaced_without_an_error
     assert server.connections == 2
 
 
+async def test_kept_connections_the_engine_dropped_together_cost_one_try_then_a_fresh_one(serve):
+    # Three connections kept from three requests at once, then dropped together (an engine's
+    # keep-alive timeout), before this loop has seen it: the next request tries one, then opens
+    # a new one rather than trying the next kept one.
+    release = asyncio.Event()
+
+    async def answer(exchange: Exchange) -> None:
+        if len(server.exchanges) <= 3:
+            await release.wait()
+            await exchange.send(whole(b"{}"))
+        elif server.connections <= 3:
+            exchange.writer.close()
+        else:
+            await exchange.send(whole(b'{"fresh": 1}'))
+
+    server = await serve(answer)
+    three = [asyncio.ensure_future(post(server.url)) for _ in range(3)]
+    async def all_in() -> bool:
+        return len(server.exchanges) == 3
+
+    await async_wait_for(all_in, timeout=5, what="three requests in")
+    release.set()
+    for response in await asyncio.gather(*three):
+        await response.aread()
+    assert server.connections == 3
+    response = await post(server.url)
+    assert response.status_code == 200
+    assert await response.aread() == b'{"fresh": 1}'
+    assert (server.connections, len(server.exchanges)) == (4, 5)
+
+
 async def test_a_refused_connection_is_a_connect_error():
     with pytest.raises(httpx.ConnectError):
         await post(f"http://127.0.0.1:{free_port()}")
