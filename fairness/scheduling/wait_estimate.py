@@ -15,6 +15,12 @@ from queue_view.lua's snapshot:
 - each person keeps sending requests at their measured rate, like those they have waiting or
   running, and those join the line at their own score, held back by their own cap.
 
+A person who borrows idle slots is the exception. They get whatever the others leave, and how much
+that is turns on everyone's demand second by second, which a replay at mean rates misses by a
+factor of two too often (bench/eta.py: a third of Batch API lines). Their waiting requests are let
+through in their own order, so a borrower's wait is read from their drain instead, where one is
+measured: their requests ahead of it, and it, at the rate theirs have been let through lately.
+
 Every waiting ticket's estimate comes from one replay, so a process replays a group at most a few
 times a second however many requests watch it. Pure Python, no Redis or Django: the clock is the
 caller's ``now``.
@@ -46,6 +52,11 @@ _SPARE_EASE_SECONDS = 30.0
 # How far ahead the replay expects arrivals (s): beyond, whoever waits now has long had a slot.
 _ARRIVALS_AHEAD_SECONDS = 600.0
 _MOST_PENDING = 32  # a person's expected requests waiting in the replay at once
+# A person's drain (their waiting requests let through per second) is read only from a run of
+# grants at least this long (s), with this many after its first, the last this recent (s).
+_DRAIN_LEAST_GRANTS = 2.0
+_DRAIN_CURRENT_SECONDS = 10.0
+_DRAIN_LEAST_RUN_SECONDS = 5.0
 # How far the replay looks (s) and how many grants it makes at most: beyond, the wait is "longer
 # than the horizon" (None).
 HORIZON_SECONDS = 3600.0
@@ -106,6 +117,7 @@ class QueueView:
     reserve: int = 0
     spare: int = 0  # of the reserve, the slots a revocable borrower must leave free
     service_by_key: dict[str, float] = field(default_factory=dict)  # key -> its leases' mean hold
+    drain: dict[str, float] = field(default_factory=dict)  # key -> its waiting requests let through per second
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,7 @@ class Replay:
 
 def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -> QueueView:
     """queue_view.lua's reply for `group` (its pins included)."""
-    head, leases, tickets, keys, pools, floors, service, arrivals, delay, service_by_key = reply
+    head, leases, tickets, keys, pools, floors, service, arrivals, delay, service_by_key, drains = reply
     main = group_of(group)
     running = tuple(
         Running(text(leases[i]), text(leases[i + 1]), float(text(leases[i + 2])),
@@ -163,6 +175,8 @@ def parse_view(reply: Sequence[Any], group: str, now: float, reserve: int = 0) -
         arrivals=_by_name(pairs(arrivals), main, lambda stored: _arrivals(stored, now)),
         delay=float(text(delay)), reserve=reserve, spare=int(text(head[2])),
         service_by_key=_by_name(pairs(service_by_key), main, float),
+        drain={key: rate for key, rate in _by_name(pairs(drains), main, lambda stored: _drain(stored, now)).items()
+               if rate is not None},
     )
 
 
@@ -180,6 +194,21 @@ def _arrivals(stored: str, now: float) -> Arrivals:
     count, at, head_start, pool = stored.split("|", 3)
     decayed = float(count) * math.exp(-max(0.0, now - float(at)) / _ARRIVAL_SECONDS)
     return Arrivals(decayed / _ARRIVAL_SECONDS, float(head_start), pool)
+
+
+def _drain(stored: str, now: float) -> float | None:
+    """Grants per second from the queue, from lib/pace.lua's "count|at|since"; None when there is
+    no current run of them to read a rate from (the last grant long ago, the run too short)."""
+    count, at, since = (float(part) for part in stored.split("|"))
+    run = now - since
+    if now - at > _DRAIN_CURRENT_SECONDS or run < _DRAIN_LEAST_RUN_SECONDS:
+        return None
+    # The grants after the run's first (that one only marks its start), decayed to now, over what
+    # a run that long at one grant a second would have counted.
+    after_first = count * math.exp(-(now - at) / _ARRIVAL_SECONDS) - math.exp(-run / _ARRIVAL_SECONDS)
+    if after_first < _DRAIN_LEAST_GRANTS:
+        return None
+    return after_first / (_ARRIVAL_SECONDS * -math.expm1(-run / _ARRIVAL_SECONDS))
 
 
 @dataclass
@@ -348,9 +377,27 @@ def replay(view: QueueView, now: float, newcomer: Newcomer | None = None) -> Rep
     for handle in targets:  # not granted within the horizon: behind everyone granted
         position.setdefault(handle, granted_now)
         eta[handle] = None
+    _borrowers_from_drain(view, eta, newcomer)
     newcomer_eta = eta.pop("\x00newcomer", None)
     position.pop("\x00newcomer", None)
     return Replay(eta, position, newcomer_eta, measured=bool(view.service), at=now)
+
+
+def _borrowers_from_drain(view: QueueView, eta: dict[str, float | None], newcomer: Newcomer | None) -> None:
+    """A borrower's wait, from their drain where one is measured: their requests ahead of it, and
+    it, let through at the rate theirs have been lately."""
+    ahead: dict[str, int] = {}
+    for w in sorted(view.waiting, key=lambda w: w.order):
+        n = ahead[w.key] = ahead.get(w.key, 0) + 1
+        rate = view.drain.get(w.key)
+        if w.borrow and rate and w.handle in eta:
+            eta[w.handle] = _within_horizon(n / rate)
+    if newcomer is not None and newcomer.borrow and (rate := view.drain.get(newcomer.key)):
+        eta["\x00newcomer"] = _within_horizon((ahead.get(newcomer.key, 0) + 1) / rate)
+
+
+def _within_horizon(seconds: float) -> float | None:
+    return seconds if seconds <= HORIZON_SECONDS else None
 
 
 class _Spare:

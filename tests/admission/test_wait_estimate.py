@@ -61,6 +61,34 @@ async def test_the_pace_is_measured_per_tier_at_release(admission: Admission, cl
     assert "pacer-0" not in view.arrivals  # granted at once: it never waited
 
 
+async def test_a_persons_grants_from_the_queue_are_measured_as_their_drain(
+    admission: Admission, clock: FakeClock
+) -> None:
+    await admission.set_capacity(GROUP, 1)
+    holder = await admitted(admission, zed)
+    for _ in range(7):  # grace's requests wait, and are let through one a second
+        task = await enqueue(admission, like(carol, key_id="grace"))
+        clock.advance(1.0)
+        await admission.release(holder)
+        holder = await granted(task)
+    view = await admission.queue_view(GROUP)
+    assert view.drain["grace"] == pytest.approx(1.0, rel=0.05)
+    assert "zed" not in view.drain  # granted at once, not from the queue
+    # Work given back to wait again (asked back for a chat, or its replica failed it) and granted
+    # again is no progress: not counted.
+    clock.advance(1.0)
+    dave = await enqueue(admission, like(carol, key_id="dave"))
+    moving = asyncio.get_running_loop().create_task(admission.move(holder, avoid=""))
+    dave_grant = await granted(dave)  # the slot given back went to dave, and grace waits again
+    await until_queued(admission, "grace")
+    await admission.release(dave_grant)
+    holder = await granted(moving)  # granted from the queue, but not for the first time
+    assert (await admission.queue_view(GROUP)).drain["grace"] < view.drain["grace"]  # a second on, none counted
+    clock.advance(11.0)
+    assert "grace" not in (await admission.queue_view(GROUP)).drain  # none for 11 s: no current run
+    await admission.release(holder)
+
+
 async def test_positions_follow_admissions_order_and_grants_come_in_that_order(
     admission: Admission, clock: FakeClock
 ) -> None:

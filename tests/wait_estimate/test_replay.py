@@ -4,11 +4,12 @@ snapshot Redis gives and the estimate against real grants.)"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
-from fairness.scheduling.wait_estimate import Arrivals, Newcomer, QueueView, Running, Waiting, replay
+from fairness.scheduling.wait_estimate import Arrivals, Newcomer, QueueView, Running, Waiting, _drain, replay
 
 NOW = 1_000.0
 GROUP = "m"
@@ -33,7 +34,7 @@ def view(running: list[Running], waiting: list[Waiting], *, capacity: int = 1, c
         pool_in_flight={p: sum(r.pool == p for r in running) for p in pools}, pool_cap=more.get("pool_cap", {}),
         floors=more.get("floors", {}), service=service or {"chat": 10.0, "batch": 10.0},
         arrivals=arrivals or {}, delay=0.0, reserve=more.get("reserve", 0), spare=more.get("spare", 0),
-        service_by_key=more.get("service_by_key", {}),
+        service_by_key=more.get("service_by_key", {}), drain=more.get("drain", {}),
     )
 
 
@@ -184,3 +185,33 @@ def test_redoable_work_granted_in_the_replay_is_asked_back_for_the_chats_that_co
     # A chat a second: the second finds no slot free, so the line is asked back and waits again.
     later = replay(snapshot(1.0), NOW).eta["line"]
     assert later is None or later > 2.0
+
+
+def test_a_borrowers_wait_is_read_from_their_drain() -> None:
+    # grace borrows idle slots (her cap is 0); hers have been let through two a second lately.
+    waiting = [ticket("g1", "grace", "batch", NOW - 3, 0, 1, borrow=True, revocable=True),
+               ticket("c1", "carol", "batch", NOW - 2, 0, 2),
+               ticket("g2", "grace", "batch", NOW - 1, 0, 3, borrow=True, revocable=True),
+               ticket("g3", "grace", "batch", NOW, 0, 4, borrow=True, revocable=True)]
+    snapshot = view([lease("zed", "batch", 5.0)], waiting, caps={"grace": 0},
+                    drain={"grace": 2.0, "carol": 100.0})
+    result = replay(snapshot, NOW)
+    # Hers ahead of each, and it, at two a second: whatever the replay of the one slot said.
+    assert [result.eta[h] for h in ("g1", "g2", "g3")] == [pytest.approx(0.5), pytest.approx(1.0), pytest.approx(1.5)]
+    # carol does not borrow: she is replayed (zed's lease has 5 s of its 10 left), her drain unread.
+    assert result.eta["c1"] == pytest.approx(5.0)
+    assert result.position == {"c1": 0, "g1": 1, "g2": 2, "g3": 3}  # the order is the replay's
+    newcomer = replay(snapshot, NOW, Newcomer("grace", "batch", 0.0, cap=0, borrow=True))
+    assert newcomer.newcomer_eta == pytest.approx(2.0)  # behind her three
+    # Without a drain measured, her wait is the replay's: after carol's 10 s, one at a time.
+    replayed = replay(view([lease("zed", "batch", 5.0)], waiting, caps={"grace": 0}), NOW)
+    assert replayed.eta["g1"] == pytest.approx(15.0)
+
+
+def test_a_drain_is_read_only_from_a_current_run_of_grants() -> None:
+    # lib/pace.lua's "count|at|since": one grant a second for 20 s, the last just now.
+    steady = sum(math.exp(-i / 30) for i in range(21))
+    assert _drain(f"{steady}|{NOW}|{NOW - 20}", NOW) == pytest.approx(1.0, rel=0.02)
+    assert _drain(f"{steady}|{NOW - 11}|{NOW - 31}", NOW) is None  # its last grant 11 s ago: not current
+    assert _drain(f"4|{NOW}|{NOW - 3}", NOW) is None  # a run of 3 s: too short to read a rate from
+    assert _drain(f"2|{NOW}|{NOW - 60}", NOW) is None  # one grant after the first: too few

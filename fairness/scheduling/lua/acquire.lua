@@ -231,6 +231,7 @@ local left = admit_limits()
 if not moving then note_arrival(key, pool, group, head_start) end
 local member = enqueue(handle, key, pool, group, enq, head_start, borrow, chan, deadline, pref,
   avoid, assoc, ARGV[ACQUIRE.fair_share_weight], estimated, budgets, revocable)
+if moving then redis.call('HSET', NS .. KEY.ticket .. handle, FIELD.moved, 1) end
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {REPLY.granted, g[1], string.format('%.6f', g[2]), g[3], left, limit} end

@@ -8,14 +8,14 @@
 --          request of it would carry now
 -- (A pin's view is its group's: a pin's requests take its group's slots.)
 -- Returns  {{capacity, hold until, spare}, leases, tickets, keys, pools, floors, service, arrivals, delay,
---          service by key}: (spare: the slots a revocable borrower leaves free, lib/revocable.lua)
+--          service by key, drains}: (spare: the slots a revocable borrower leaves free, lib/revocable.lua)
 --          leases  {key, pool, granted_at, revocable 0/1, asked back 0/1, ...}
 --          tickets {handle, member, key, pool, group, enqueued_at, head_start, borrow, revocable,
 --                   fair-share delay, deadline, ...}
 --          keys    {key, in flight, cap, ...}; pools {pool, in flight, cap or '', ...}
 --          floors  {"key|pool|group", floor, ...} of the group's streams
---          service, arrivals, service by key: HGETALL of KEY.service_seconds, KEY.arrival_rate and
---          KEY.service_seconds_by_key
+--          service, arrivals, service by key, drains: HGETALL of KEY.service_seconds,
+--          KEY.arrival_rate, KEY.service_seconds_by_key and KEY.drain_rate
 reap()
 pump_dirty()
 local extra_key = ARGV[6]
@@ -73,4 +73,5 @@ return {
   redis.call('HGETALL', NS .. KEY.service_seconds), arrivals,
   string.format('%.6f', fair_share_delay(ARGV[7], ARGV[8])),
   redis.call('HGETALL', NS .. KEY.service_seconds_by_key),
+  redis.call('HGETALL', NS .. KEY.drain_rate),
 }

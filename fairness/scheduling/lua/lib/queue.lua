@@ -112,12 +112,12 @@ local function enqueue(handle, key, pool, group, enq, head_start, borrow, chan, 
 end
 
 -- Remove a waiting ticket; returns {member, key, pool, group, enq, chan, pref, avoid, assoc,
--- estimate, budgets, revocable} or nil.
+-- estimate, budgets, revocable, moved} or nil.
 local function dequeue(handle)
   redis.call('ZREM', NS .. KEY.ticket_expiry, handle)
   local t = redis.call('HMGET', NS .. KEY.ticket .. handle, FIELD.member, FIELD.key, FIELD.pool,
     FIELD.group, FIELD.enqueued_at, FIELD.channel, FIELD.preference, FIELD.avoid, FIELD.association,
-    FIELD.estimate, FIELD.budgets, FIELD.revocable)
+    FIELD.estimate, FIELD.budgets, FIELD.revocable, FIELD.moved)
   if not t[1] then return nil end
   local key, pool, group = t[2], t[3], t[4]
   local pg = pool .. '|' .. group
@@ -219,6 +219,7 @@ local function grant(member, group)
   -- Borrowed: granted beyond the key's or the pool's cap, out of otherwise idle slots.
   local borrowed = ((not key_open(key)) or (not pool_open(pool))) and 1 or 0
   take(handle, key, pool, group, replica, borrowed, enq, expiry, t[9], t[10], t[11], t[12] == '1', t[6])
+  if not t[13] then note_grant(key, group) end  -- (work given back and granted again is no progress)
   if handle ~= QUIET then
     redis.call('PUBLISH', t[6],
       handle .. '|' .. string.format('%.6f', NOW - enq) .. '|' .. borrowed .. '|' .. replica)

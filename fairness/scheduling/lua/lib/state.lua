@@ -107,6 +107,7 @@ local KEY = {
   service_seconds = 'svc',          -- hash "p|g" -> mean seconds a lease is held
   service_seconds_by_key = 'svck',  -- hash "k|g" -> mean seconds a lease of that key is held
   arrival_rate = 'arr',             -- hash "k|g" -> "decayed count|at|head start|pool"
+  drain_rate = 'drn',               -- hash "k|g" -> "decayed count of grants from the queue|at|since"
 }
 
 -- Hash fields, short on the wire like the keys. Lease (l:h) and ticket (t:h) hashes:
@@ -132,6 +133,8 @@ local FIELD = {
   budget_estimate = 'best',         -- lease: the estimate reserved in its budgets
   revocable = 'rv',                 -- 1 = revocable (lease: only when borrowed)
   asked_back = 'asked',             -- lease: a revocable lease asked back
+  moved = 'mv',                     -- ticket: 1 = a lease given back to wait again (asked back, or
+                                    -- its replica failed it): its grant is not a new one
   -- Budget window (bw:) hashes:
   budget_reserved = 'r',            -- what admitted requests have reserved (their estimate)
   budget_settled = 'u',             -- settled weighted tokens; u<bucket number> in a rolling window
