@@ -17,7 +17,7 @@ from queue_view.lua's snapshot:
 
 A person who borrows idle slots is the exception. They get whatever the others leave, and how much
 that is turns on everyone's demand second by second, which a replay at mean rates misses by a
-factor of two too often (bench/eta.py: a third of Batch API lines). Their waiting requests are let
+factor of two too often (bench/eta.py: a quarter of the Batch API lines). Their waiting requests are let
 through in their own order, so a borrower's wait is read from their drain instead, where one is
 measured: their requests ahead of it, and it, at the rate theirs have been let through lately.
 
