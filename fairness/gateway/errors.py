@@ -22,6 +22,9 @@ TYPES = {
 }
 
 
+BEARER_CHALLENGE = 'Bearer realm="gpuportal"'
+
+
 class ApiError(Exception):
     """Raised anywhere on the request path; the view turns it into a response."""
 
@@ -61,6 +64,8 @@ class ApiError(Exception):
             response["Retry-After"] = str(max(1, round(self.retry_after)))
         for name, value in {**self.headers, **(headers or {})}.items():
             response[name] = value
+        if self.status == 401:  # RFC 9110: a 401 names the scheme that would be accepted
+            response.setdefault("WWW-Authenticate", BEARER_CHALLENGE)
         return response
 
     def sse_event(self) -> bytes:

@@ -25,6 +25,7 @@ from fairness.telemetry import gateway_metrics
 urlpatterns = [
     path("", my_pages.home, name="home"),
     path("capacity/", public_pages.capacity, name="capacity"),
+    path("favicon.ico", public_pages.favicon, name="favicon"),
     path("metrics", gateway_metrics.view, name="metrics"),
     # A signed-in person's own pages
     path("me/", my_pages.dashboard, name="me"),

@@ -41,7 +41,9 @@ def prepared(path: str, cast) -> str:
 
 @pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)
 def test_anonymous_callers_get_401(cast, method, path, body):
-    assert call(Client(), method, prepared(path, cast), body).status_code == 401
+    response = call(Client(), method, prepared(path, cast), body)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="gpuportal"'  # the scheme it takes
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)

@@ -33,6 +33,7 @@ def test_bad_credentials_get_401(gateway, replica, header, code):
     headers = {"authorization": header} if header else {}
     response = httpx.post(gateway.url + "/v1/chat/completions", json=CHAT, headers=headers)
     assert_error(response, 401, code)
+    assert response.headers["www-authenticate"] == 'Bearer realm="gpuportal"'
 
 
 def test_revoked_and_expired_keys_get_401_saying_which(gateway, replica, cast):

@@ -8,13 +8,15 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema
+from ninja.errors import AuthenticationError
 
 from fairness.batch import openapi as batch_openapi
 from fairness.batch.progress import queued_work
 from fairness.gateway import openapi as gateway_openapi
+from fairness.gateway.errors import BEARER_CHALLENGE
 from fairness.models import EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal.api.admin.accounts import router as admin_accounts_router
 from fairness.portal.api.admin.api import router as admin_router
@@ -45,6 +47,15 @@ api = PortalApi(
                 "alerts of a shared LLM endpoint.",
 )
 public = Router(tags=["public"])
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    """ninja's 401, naming the scheme the admin API takes (RFC 9110)."""
+    response = api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+    response["WWW-Authenticate"] = BEARER_CHALLENGE
+    return response
+
 
 TTFT_WINDOW = dt.timedelta(hours=1)
 # How fast slots came back lately: long enough to hold several finished requests of a slow tier.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 from django.db.models import Max
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import render
+from django.templatetags.static import static
 
 from fairness.models import SaturationAlert, Tier
 from fairness.portal.api import public as public_api
@@ -45,3 +46,9 @@ async def capacity(request: HttpRequest) -> HttpResponse:
     }
     # Rendered off the event loop: the base template may ask who is signed in (a database query).
     return await sync_to_async(render)(request, "capacity.html", context)
+
+
+async def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever a page links (a JSON answer links nothing): the
+    portal's icon, rather than a 404 in the log each time."""
+    return HttpResponsePermanentRedirect(static("favicon.svg"))
