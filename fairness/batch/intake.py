@@ -23,15 +23,15 @@ log = logging.getLogger(__name__)
 CHUNK_ROWS = 500
 
 
-def model_refusal(key: KeyInfo, directory: ReplicaDirectory, model: str) -> str | None:
-    """Why this key may not use `model` (as the gateway would answer it), or None."""
+def model_refusal(key: KeyInfo, directory: ReplicaDirectory, model: str) -> tuple[str, str] | None:
+    """The code and the words the gateway would refuse this key's request for `model` with, or None."""
     if not directory.serving(model):
-        return f"The model '{model}' does not exist."
+        return "model_not_found", f"The model '{model}' does not exist."
     if not directory.serving(model, key.tier.name):
-        return f"The model '{model}' is not served to the {key.tier.name} tier."
+        return "model_not_available_for_tier", f"The model '{model}' is not served to the {key.tier.name} tier."
     refused_by = key.model_access.refused_by(model)
     if refused_by is not None:
-        return f"This key may not use the model '{model}': {refused_by} restricts its models."
+        return "model_not_allowed", f"This key may not use the model '{model}': {refused_by} restricts its models."
     return None
 
 
@@ -79,7 +79,7 @@ def take_in(
 
 
 def _checked(
-    batch: Batch, index: int, raw: bytes | None, seen: set[str], refusal: Callable[[str], str | None]
+    batch: Batch, index: int, raw: bytes | None, seen: set[str], refusal: Callable[[str], tuple[str, str] | None]
 ) -> GoodLine | BadLine:
     """The line checked; whatever goes wrong with one line is that line's error, never the batch's."""
     if raw is None:

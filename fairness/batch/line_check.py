@@ -31,10 +31,11 @@ class BadLine:
 
 
 def check_line(
-    raw: bytes | str, endpoint: str, seen: set[str], model_refusal: Callable[[str], str | None], max_body_bytes: int
+    raw: bytes | str, endpoint: str, seen: set[str], model_refusal: Callable[[str], tuple[str, str] | None],
+    max_body_bytes: int,
 ) -> GoodLine | BadLine:
-    """`model_refusal(model)`: why the key may not use the model, or None. `seen` gathers the
-    custom_ids of the good lines so far."""
+    """`model_refusal(model)`: the code and words of why the key may not use the model, or None.
+    `seen` gathers the custom_ids of the good lines so far."""
     try:
         line = line_json.loads(raw)
     except LineRefused as refused:
@@ -62,7 +63,7 @@ def check_line(
         return BadLine(custom_id, "stream_not_supported", "A batch's requests cannot stream; leave out 'stream'.")
     refusal = model_refusal(model)
     if refusal is not None:
-        return BadLine(custom_id, "model_not_allowed", refusal)
+        return BadLine(custom_id, *refusal)  # the live call's code and words
     try:
         text = line_json.dumps(body)
     except LineRefused as refused:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -10,10 +11,11 @@ from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from fairness.batch.intake import take_in
+from fairness.batch.intake import model_refusal, take_in
 from fairness.batch.line_check import BadLine, GoodLine, check_line
 from fairness.batch.storage_writer import batch_storage
 from fairness.gateway.api_keys import _key_info
+from fairness.gateway.model_access import ModelAccess
 from fairness.models import Batch, BatchFile, BatchLine
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 
@@ -75,6 +77,21 @@ def test_a_good_line_keeps_its_body_and_its_custom_id_is_taken():
     assert check(line("a"), seen).code == "duplicate_custom_id"
 
 
+def test_a_line_for_a_model_it_may_not_use_fails_with_the_code_a_live_call_gets(cast):
+    carol = _key_info(pk=cast["carol"].key_id)  # the batch tier
+    interactive_only = ReplicaDirectory([ReplicaInfo(1, "a", "http://127.0.0.1:1", "sim", "vllm", 8, False, "",
+                                                     tiers=frozenset({"interactive"}))])
+    restricted = dataclasses.replace(carol, model_access=ModelAccess((("its tier", frozenset({"other"})),)))
+    for key, directory, model, code in [
+        (carol, DIRECTORY, "gpt-9", "model_not_found"),  # a live call: 404
+        (carol, interactive_only, "sim", "model_not_available_for_tier"),  # 403
+        (restricted, DIRECTORY, "sim", "model_not_allowed"),  # 403
+    ]:
+        checked = check_line(line(body={"model": model, "messages": []}), "/v1/chat/completions", set(),
+                             lambda m, k=key, d=directory: model_refusal(k, d, m), 1000)
+        assert isinstance(checked, BadLine) and checked.code == code, (model, checked)
+
+
 def make_batch(cast, content: bytes) -> Batch:
     name = batch_storage().save("in.jsonl", ContentFile(content))
     owner = get_user_model().objects.get(username="carol")
@@ -94,7 +111,7 @@ def test_lines_are_read_in_order_bad_ones_failed_blank_ones_skipped(cast, stored
     assert (batch.status, batch.total, batch.failed, batch.completed) == ("in_progress", 4, 2, 0)
     rows = list(BatchLine.objects.values_list("index", "custom_id", "state", "error_code"))
     assert rows == [(0, "a", "pending", ""), (1, "", "failed", "invalid_json_line"),
-                    (2, "b", "failed", "model_not_allowed"), (3, "c", "pending", "")]
+                    (2, "b", "failed", "model_not_found"), (3, "c", "pending", "")]
 
 
 def test_a_line_longer_than_any_request_is_failed_without_being_held(cast, stored_files, settings):

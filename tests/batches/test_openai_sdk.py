@@ -63,7 +63,7 @@ def test_bad_lines_go_to_the_error_file_and_the_rest_run(openai_for, cast, runne
     assert sorted(r["custom_id"] for r in output_lines(client, done.output_file_id)) == ["req-0", "req-1"]
     errors = output_lines(client, done.error_file_id)
     assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
-        ("", "invalid_json_line"), ("req-0", "duplicate_custom_id"), ("other-model", "model_not_allowed"),
+        ("", "invalid_json_line"), ("req-0", "duplicate_custom_id"), ("other-model", "model_not_found"),
         ("wrong-url", "invalid_url"),
     ]
     assert all(e["response"] is None for e in errors)
