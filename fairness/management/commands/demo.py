@@ -167,9 +167,12 @@ class Command(BaseCommand):
         # Batches (/v1/batches) on a worker of their own: a runner holds its process for a while.
         start("batch-worker", [sys.executable, "-m", "celery", "-A", "gpuportal", "worker", "--queues", "batches",
                                "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO", "-n", "batches@%h"])
-        # Requests in flight get a short grace when the demo stops (production's is 30 s).
+        # Requests in flight get a short grace when the demo stops (production's is 30 s). The
+        # production protocol: its limits on slow and oversized requests hold in the demo too.
         start("gateway", [sys.executable, "-m", "uvicorn", "gpuportal.asgi:application",
-                          "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"],
+                          "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on",
+                          "--http", "fairness.gateway.http_server:GatewayHttpProtocol",
+                          "--limit-concurrency", "1024"],
               env={"GP_SHUTDOWN_GRACE_SECONDS": os.environ.get("GP_SHUTDOWN_GRACE_SECONDS", "2")})
         self._wait_until_up(f"http://127.0.0.1:{port}/v1/models", children)
         keys = self._introduce(port, model, embedding_model, log_dir)
