@@ -31,6 +31,14 @@ def test_the_openapi_document_describes_every_v1_route_with_its_key():
 
 def test_the_docs_page_loads_swagger_ui_from_our_static_files():
     page = Client().get("/api/docs").content.decode()
-    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    sources = re.findall(r'<(?:script|link)\b[^>]*?(?:src|href)="([^"]+)"', page)
     assert any("swagger-ui-bundle" in source for source in sources)
     assert all(source.startswith("/static/") for source in sources), sources
+
+
+def test_the_docs_page_says_what_it_is_in_which_language_and_leads_home():
+    page = Client().get("/api/docs").content.decode()
+    assert '<html lang="en">' in page
+    assert "<title>gpuportal API: reference</title>" in page
+    assert re.search(r'<header[^>]*>.*<a href="/">', page, re.DOTALL)  # the way back to the portal
+    assert '<main id="swagger-ui">' in page  # Swagger UI draws inside the main landmark

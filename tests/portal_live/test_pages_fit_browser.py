@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fairness.accounting import usage_rollup
 from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
-from tests.support.browser_checks import WIDTHS, check_page, open_settled, sideways_overflow
+from tests.support.browser_checks import WIDTHS, accessibility_violations, check_page, open_settled, sideways_overflow
 from tests.support.cast import ALICE_PASSWORD, MODEL
 from tests.support.live_load import polling
 from tests.support.polling import wait_for
@@ -110,3 +110,20 @@ def test_the_api_docs_are_drawn_offline_and_fit_a_phone(chromium, gateway):
             open_settled(page, gateway.url + "/api/docs")
             assert page.get_by_text("/v1/chat/completions").count() > 0  # drawn, not a blank page
             assert sideways_overflow(page) <= 0, f"/api/docs scrolls sideways at {width} px"
+
+
+# What the page around Swagger UI decides (Swagger UI's own markup is its project's).
+DOCS_PAGE_RULES = ["html-has-lang", "document-title", "landmark-one-main", "page-has-heading-one", "region"]
+
+
+@pytest.mark.browser
+def test_the_api_docs_page_has_a_language_a_title_landmarks_and_a_way_home(chromium, gateway):
+    with chromium() as browser:
+        page = browser.new_page()
+        open_settled(page, gateway.url + "/api/docs")
+        page.locator("#swagger-ui h1", has_text="gpuportal API").wait_for()  # Swagger UI drew the document
+        assert page.title() == "gpuportal API: reference"
+        assert accessibility_violations(page, DOCS_PAGE_RULES) == []
+        page.get_by_role("link", name="← gpuportal").click()
+        page.locator("header.site a.brand").wait_for()  # a page of the portal
+        assert "/api/docs" not in page.url

@@ -62,13 +62,15 @@ def sideways_overflow(page: Any) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
-def accessibility_violations(page: Any) -> list[str]:
-    """axe-core's violations on the page as it stands: "rule: target, target …" each."""
+def accessibility_violations(page: Any, rules: list[str] | None = None) -> list[str]:
+    """axe-core's violations on the page as it stands: "rule: target, target …" each (of `rules`
+    only, when given)."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         page.evaluate(AXE_SOURCE)
     return page.evaluate(
-        """async () => (await axe.run(document)).violations.map(
-            v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))"""
+        """async (rules) => (await axe.run(document, rules ? {runOnly: {type: 'rule', values: rules}} : {}))
+            .violations.map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))""",
+        rules,
     )
 
 

@@ -42,7 +42,7 @@ class PortalApi(NinjaAPI):
 
 
 api = PortalApi(
-    title="gpuportal", version="1",
+    title="gpuportal API", version="1",
     description="The OpenAI-compatible endpoint (/v1, with an API key), and the capacity, replicas and "
                 "alerts of a shared LLM endpoint.",
 )
