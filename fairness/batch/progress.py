@@ -114,10 +114,10 @@ class QueuedWork:
     @property
     def sentence(self) -> str:
         if not self.requests:
-            return "No batch work queued."
+            return "No Batch API work queued."
         requests = "request" if self.requests == 1 else "requests"
         batches = "batch" if self.batches == 1 else "batches"
-        return f"Batch work queued: {self.requests:,} {requests} in {self.batches:,} {batches}."
+        return f"Batch API work queued: {self.requests:,} {requests} in {self.batches:,} {batches}."
 
 
 def queued_work() -> QueuedWork:

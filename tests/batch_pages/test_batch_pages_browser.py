@@ -140,15 +140,15 @@ def test_the_capacity_page_follows_the_batch_work_without_a_reload(chromium, gat
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(gateway.url + "/capacity/")
         work = page.locator("#batch-work")
-        assert work.inner_text() == "Batch work queued: 4 requests in 1 batch."
+        assert work.inner_text() == "Batch API work queued: 4 requests in 1 batch."
 
         in_another_thread(lambda: BatchLine.objects.filter(  # three of the four end
             pk__in=list(BatchLine.objects.filter(batch=batch, state="pending").values_list("pk", flat=True)[:3])
         ).update(state="done"))
         # The page polls /api/capacity every few seconds.
-        wait_for(lambda: work.inner_text() == "Batch work queued: 1 request in 1 batch.", timeout=20, interval=0.25,
+        wait_for(lambda: work.inner_text() == "Batch API work queued: 1 request in 1 batch.", timeout=20, interval=0.25,
                  what="the capacity page to refresh the batch work")
         in_another_thread(lambda: Batch.objects.filter(pk=batch.pk).update(status=BatchStatus.COMPLETED))
-        wait_for(lambda: work.inner_text() == "No batch work queued.", timeout=20, interval=0.25,
+        wait_for(lambda: work.inner_text() == "No Batch API work queued.", timeout=20, interval=0.25,
                  what="the capacity page to see the batch finish")
         assert errors == []

@@ -13,8 +13,8 @@ def test_the_page_and_the_api_say_no_batch_work_is_queued(gateway, cast):
     make_batch(carol_key(cast), BatchStatus.COMPLETED, done=3)
 
     assert capacity_json(gateway.url)["batch_work"] == {
-        "requests": 0, "batches": 0, "sentence": "No batch work queued."}
-    assert '<p id="batch-work">No batch work queued.</p>' in httpx.get(gateway.url + "/capacity/", timeout=10).text
+        "requests": 0, "batches": 0, "sentence": "No Batch API work queued."}
+    assert '<p id="batch-work">No Batch API work queued.</p>' in httpx.get(gateway.url + "/capacity/", timeout=10).text
 
 
 def test_the_page_and_the_api_count_requests_still_to_run(gateway, cast):
@@ -25,7 +25,7 @@ def test_the_page_and_the_api_count_requests_still_to_run(gateway, cast):
 
     work = capacity_json(gateway.url)["batch_work"]
 
-    sentence = "Batch work queued: 1,210 requests in 2 batches."
+    sentence = "Batch API work queued: 1,210 requests in 2 batches."
     assert work == {"requests": 1210, "batches": 2, "sentence": sentence}
     page = httpx.get(gateway.url + "/capacity/", timeout=10).text
     assert f'<p id="batch-work">{sentence}</p>' in page

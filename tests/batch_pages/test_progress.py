@@ -114,7 +114,7 @@ def test_an_ended_batch_shows_its_final_counters_not_its_lines(cast):
 @pytest.mark.django_db
 def test_queued_work_counts_lines_still_to_run_in_batches_that_still_run(cast):
     key = carol_key(cast)
-    assert queued_work().sentence == "No batch work queued."
+    assert queued_work().sentence == "No Batch API work queued."
     make_batch(key, pending=4, done=2)
     make_batch(key, BatchStatus.VALIDATING, pending=2)
     make_batch(key, BatchStatus.CANCELLING, pending=6)  # its runner starts none of these
@@ -124,11 +124,11 @@ def test_queued_work_counts_lines_still_to_run_in_batches_that_still_run(cast):
     work = queued_work()
 
     assert (work.requests, work.batches) == (6, 2)
-    assert work.sentence == "Batch work queued: 6 requests in 2 batches."
+    assert work.sentence == "Batch API work queued: 6 requests in 2 batches."
 
 
 def test_queued_work_in_words_counts_one_as_one():
     from fairness.batch.progress import QueuedWork
 
-    assert QueuedWork(1, 1).sentence == "Batch work queued: 1 request in 1 batch."
-    assert QueuedWork(12_400, 3).sentence == "Batch work queued: 12,400 requests in 3 batches."
+    assert QueuedWork(1, 1).sentence == "Batch API work queued: 1 request in 1 batch."
+    assert QueuedWork(12_400, 3).sentence == "Batch API work queued: 12,400 requests in 3 batches."

@@ -168,6 +168,7 @@ def test_a_rerun_replaces_the_last_runs_keys_and_keeps_the_admin_password(tmp_pa
     """And each run stops within the budget: the first on one SIGTERM, the second on one Ctrl-C."""
     first = start_demo(tmp_path, "first")
     assert re.search(r"user admin, password \S+", first.text())
+    assert re.search(r"Staff pages +http://127\.0\.0\.1:\d+/staff/ ", first.text())  # where staff land
     old_keys = printed_keys(first)
     assert set(old_keys) == {"alice", "bob", "carol"}
     stop_and_check(first, signal.SIGTERM, 1)

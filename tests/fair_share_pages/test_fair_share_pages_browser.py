@@ -70,5 +70,5 @@ def test_a_heavy_user_reads_where_they_stand_on_their_page(chromium, gateway, tr
         check_page(page, gateway.url + "/me/")
         standing = page.get_by_role("region", name="Where you stand").inner_text()
         assert "In nlp you used 2.5× your share lately; your requests wait behind lighter users'" in standing
-        assert "half of it is gone by" in standing
+        assert "counts half as much by" in standing
         assert "bob" not in standing and "carol" not in standing

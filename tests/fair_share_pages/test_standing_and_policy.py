@@ -26,7 +26,7 @@ def test_a_heavy_user_reads_how_far_over_their_share_they_are(researcher_client,
     section = standing_section(researcher_client.get("/me/").content.decode())
     assert ("In nlp you used 2.5× your share lately; your requests wait behind lighter users&#x27; until it "
             "decays") in section
-    assert "half of it is gone by" in section and "UTC" in section
+    assert "counts half as much by" in section and "UTC" in section
     assert "In alice you have used nothing lately" in section  # her own account, no longer the default
     assert section.index("In nlp") < section.index("In alice")  # the default first
 

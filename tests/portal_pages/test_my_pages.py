@@ -45,6 +45,13 @@ def test_the_dashboard_states_the_tier_policy_and_links_to_capacity(researcher_c
     assert 'href="/capacity/"' in html
 
 
+def test_the_overview_and_the_keys_page_are_named_apart(researcher_client, cast):
+    overview = researcher_client.get("/me/").content.decode()
+    assert "<h1>My overview</h1>" in overview and "My keys" not in overview
+    assert '<a href="/me/"' in overview and ">My overview</a>" in overview  # its place in the navigation
+    assert "<h1>Make and manage keys</h1>" in researcher_client.get("/me/keys/").content.decode()
+
+
 def test_a_batch_researcher_is_told_that_batch_borrows_idle_slots(cast, client):
     carol = get_user_model().objects.get(username="carol")
     client.force_login(carol)

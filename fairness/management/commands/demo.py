@@ -237,7 +237,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\ngpuportal is running at {base}/"))
         self.stdout.write(f"  Capacity page    {base}/capacity/")
         self.stdout.write(f"  OpenAI endpoint  {base}/v1   (model '{model}'; embeddings: '{embedding_model}')")
-        self.stdout.write(f"  Staff pages      {base}/staff/keys/   {signing_in}")
+        self.stdout.write(f"  Staff pages      {base}/staff/   {signing_in}")
         self.stdout.write(f"  Django admin     {base}/admin/   (raw edits, same user)")
         self.stdout.write(f"  Logs             {log_dir}/")
         for username, tier in CAST:

@@ -136,7 +136,7 @@ class Totals(Schema):
 class BatchWorkOut(Schema):
     requests: int  # batch requests waiting to run, or running, in batches that still run
     batches: int  # how many batches they belong to
-    sentence: str  # the same in words: "Batch work queued: 1,200 requests in 3 batches."
+    sentence: str  # the same in words: "Batch API work queued: 1,200 requests in 3 batches."
 
 
 class CapacityOut(Schema):

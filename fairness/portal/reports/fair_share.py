@@ -102,9 +102,10 @@ class Standing:
                     f"heavier users' in your tier.")
         if ratio > 1.05:
             return (f"In {self.account} you used {ratio:.1f}× your share lately; your requests wait "
-                    f"behind lighter users' until it decays; half of it is gone by {when}.")
+                    f"behind lighter users' until it decays: if you send nothing more, it counts half as much "
+                    f"by {when}.")
         return (f"In {self.account} you used {ratio:.1f}× your share lately, within it: your "
-                f"requests are not held back; half of it is gone by {when}.")
+                f"requests are not held back; if you send nothing more, it counts half as much by {when}.")
 
 
 def standing_of(user: User, usage: LiveUsage | None = None) -> list[Standing]:
