@@ -22,9 +22,10 @@ from django.db.models import Field, QuerySet, URLField
 from django.forms import Field as FormField
 from django.http import HttpRequest, HttpResponse
 
-from fairness.actions.audit import Actor, audit
+from fairness.actions.audit import Actor, audit, jsonable
 from fairness.actions.keys import revoke
 from fairness.actions.replicas import save_replica
+from fairness.actions.tiers import save_tier
 from fairness.actions.users import password_refusal, refuse_password
 from fairness.models import (
     Account,
@@ -50,16 +51,14 @@ if TYPE_CHECKING:
 
     # Django's admin classes take type arguments for the checker only: at run time they are not subscriptable.
     _ReadOnlyAdminBase = admin.ModelAdmin[Any]
-    _TierAdminBase = admin.ModelAdmin[Tier]
-    _AccountAdminBase = admin.ModelAdmin[Account]
+    _AuditedAdminBase = admin.ModelAdmin[Any]
     _GroupMappingAdminBase = admin.ModelAdmin[GroupMapping]
-    _MembershipAdminBase = admin.ModelAdmin[Membership]
     _ApiKeyAdminBase = admin.ModelAdmin[ApiKey]
     _ReplicaAdminBase = admin.ModelAdmin[Replica]
     _UserAdminBase = UserAdmin[auth_models.User]
 else:
-    _ReadOnlyAdminBase = _TierAdminBase = _AccountAdminBase = _GroupMappingAdminBase = admin.ModelAdmin
-    _MembershipAdminBase = _ApiKeyAdminBase = _ReplicaAdminBase = admin.ModelAdmin
+    _ReadOnlyAdminBase = _AuditedAdminBase = _GroupMappingAdminBase = admin.ModelAdmin
+    _ApiKeyAdminBase = _ReplicaAdminBase = admin.ModelAdmin
     _UserAdminBase = UserAdmin
 
 User = get_user_model()
@@ -84,17 +83,51 @@ class ReadOnlyAdmin(_ReadOnlyAdminBase):
         return False
 
 
+def _changed(form: Any) -> dict[str, Any]:
+    """The fields an admin form changed, with their new values, for the audit log. (Django's
+    JSONField reports an unchanged empty list as changed: a value equal to the initial is not.)"""
+    return jsonable({name: form.cleaned_data.get(name) for name in form.changed_data
+                     if form.cleaned_data.get(name) != form.initial.get(name)})
+
+
+class AuditedAdmin(_AuditedAdminBase):
+    """Adds, changes and deletions audited as `<what>.add`, `.change` and `.delete`, with the fields
+    changed: the same log the staff pages and the admin API write."""
+
+    what = ""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        audit(_actor(request), f"{self.what}.change" if change else f"{self.what}.add", str(obj), **_changed(form))
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        name = str(obj)
+        super().delete_model(request, obj)
+        audit(_actor(request), f"{self.what}.delete", name)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
 @admin.register(Tier)
-class TierAdmin(_TierAdminBase):
+class TierAdmin(AuditedAdmin):
+    """Also on the staff page /staff/tiers/ and in the admin API; saved through the same action."""
+
+    what = "tier"
     list_display = ["name", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
                     "max_queue_wait_seconds", "max_queued_per_key", "max_queued", "engine_priority",
                     "borrow_idle_slots"]
 
+    def save_model(self, request: HttpRequest, obj: Tier, form: Any, change: bool) -> None:
+        save_tier(_actor(request), obj, _changed(form))  # audited as tier.create / tier.update
+
 
 @admin.register(Account)
-class AccountAdmin(_AccountAdminBase):
+class AccountAdmin(AuditedAdmin):
     """The fair-share tree (the staff page /staff/accounts/ shows it with usage)."""
 
+    what = "account"
     list_display = ["name", "parent", "shares", "description"]
     search_fields = ["name"]
 
@@ -122,7 +155,8 @@ class GroupMappingAdmin(_GroupMappingAdminBase):
 
 
 @admin.register(Membership)
-class MembershipAdmin(_MembershipAdminBase):
+class MembershipAdmin(AuditedAdmin):
+    what = "membership"
     list_display = ["user", "account", "shares", "is_default"]
     list_filter = ["account"]
     search_fields = ["user__username", "account__name"]

@@ -282,7 +282,9 @@ class TierForm(NoColon, _TierFormBase):
         fields = [
             "name", "description", "per_key_concurrency", "pool_concurrency", "head_start_seconds",
             "max_queue_wait_seconds", "max_queued_per_key", "max_queued", "engine_priority",
-            "borrow_idle_slots", "isolate_prefix_cache", "allowed_models", "self_service_keys", "max_key_days",
+            "borrow_idle_slots", "queue_events", "fairshare_weight_seconds",
+            "key_requests_per_minute", "key_tokens_per_minute", "requests_per_minute", "tokens_per_minute",
+            "isolate_prefix_cache", "allowed_models", "self_service_keys", "max_key_days",
         ]
         labels = {
             "per_key_concurrency": "Requests at once per key",
@@ -293,6 +295,12 @@ class TierForm(NoColon, _TierFormBase):
             "max_queued": "Queued requests across the tier",
             "engine_priority": "Engine priority (lower runs first)",
             "borrow_idle_slots": "May borrow idle slots",
+            "queue_events": "Tell waiting streams their place",
+            "fairshare_weight_seconds": "Fair-share weight (seconds)",
+            "key_requests_per_minute": "Requests a minute per person",
+            "key_tokens_per_minute": "Weighted tokens a minute per person",
+            "requests_per_minute": "Requests a minute across the tier",
+            "tokens_per_minute": "Weighted tokens a minute across the tier",
             "isolate_prefix_cache": "Keep each user's prefix cache apart",
             "self_service_keys": "Its users make and rotate their own keys",
             "max_key_days": "Longest life of a key they make (days)",

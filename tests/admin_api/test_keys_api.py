@@ -85,6 +85,32 @@ def test_a_tiers_queue_bound_is_set_changed_and_cleared_through_the_api(staff_cl
         {"max_queued": 80}, {"max_queued": None}]
 
 
+def test_every_policy_of_a_tier_is_set_and_cleared_through_the_api(staff_client, cast):
+    created = post(staff_client, "/api/admin/tiers", {
+        "name": "gold", "fairshare_weight_seconds": 60, "queue_events": False, "key_requests_per_minute": 30,
+        "key_tokens_per_minute": 90_000, "requests_per_minute": 600, "tokens_per_minute": 1_000_000,
+    })
+    assert created.status_code == 201, created.content
+    gold = Tier.objects.get(name="gold")
+    assert (gold.fairshare_weight_seconds, gold.queue_events, gold.key_requests_per_minute, gold.key_tokens_per_minute,
+            gold.requests_per_minute, gold.tokens_per_minute) == (60.0, False, 30, 90_000, 600, 1_000_000)
+    listed = next(t for t in staff_client.get("/api/admin/tiers").json() if t["name"] == "gold")
+    assert listed["key_requests_per_minute"] == 30 and listed["queue_events"] is False
+
+    def patch(body):
+        return staff_client.patch("/api/admin/tiers/gold", data=json.dumps(body), content_type="application/json")
+
+    assert patch({"key_requests_per_minute": 0}).status_code == 422
+    assert patch({"fairshare_weight_seconds": -1}).status_code == 422
+    assert patch({"clear_rate_limits": ["no_such_limit"]}).status_code == 422
+    changed = patch({"key_requests_per_minute": 12, "clear_rate_limits": ["tokens_per_minute", "requests_per_minute"]})
+    assert changed.status_code == 200
+    gold.refresh_from_db()
+    assert (gold.key_requests_per_minute, gold.requests_per_minute, gold.tokens_per_minute) == (12, None, None)
+    assert AuditEntry.objects.filter(action="tier.update").order_by("-pk").first().detail == {
+        "key_requests_per_minute": 12, "tokens_per_minute": None, "requests_per_minute": None}
+
+
 def test_unknown_things_are_404(staff_client, cast):
     assert post(staff_client, "/api/admin/keys/gp-nothing/revoke", {}).status_code == 404
     assert post(staff_client, "/api/admin/replicas/none/drain", {}).status_code == 404

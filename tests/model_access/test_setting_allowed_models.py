@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 TIER = {
     "name": "gold", "description": "", "per_key_concurrency": 4, "pool_concurrency": "", "head_start_seconds": 0,
-    "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0,
+    "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0, "fairshare_weight_seconds": 300,
+    "queue_events": "on",
 }
 TOO_MANY = " ".join(f"m{n}" for n in range(MAX_ALLOWED_MODELS + 1))
 

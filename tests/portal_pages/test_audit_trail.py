@@ -19,7 +19,8 @@ def test_each_page_action_is_audited_with_actor_and_address(staff, staff_client,
     bob_key = ApiKey.objects.get(pk=cast["bob"].key_id)
     alice_key = ApiKey.objects.get(pk=cast["alice"].key_id)
     tier = {"description": "", "per_key_concurrency": 3, "pool_concurrency": "", "head_start_seconds": 0,
-            "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0}
+            "max_queue_wait_seconds": 60, "max_queued_per_key": 8, "engine_priority": 0,
+            "fairshare_weight_seconds": 300, "queue_events": "on"}
     engine_url = f"http://127.0.0.1:{free_port()}"
     steps = [
         ("/staff/keys/issue/", key_form(owner="carol", tier="batch"), "key.issue"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from fairness.models import ApiKey, AuditEntry, Replica
+from fairness.models import Account, ApiKey, AuditEntry, Replica, Tier
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,6 +47,31 @@ def test_the_revoke_action_revokes_and_audits(admin_client, cast):
     assert key.revoked_at is not None
     entry = AuditEntry.objects.get(action="key.revoke")
     assert (entry.target, entry.actor_name, entry.ip) == (key.prefix, "root", "127.10.0.8")
+
+
+def test_tier_account_and_membership_edits_here_are_audited_like_the_staff_pages(admin_client, cast):
+    batch = Tier.objects.get(name="batch")
+    fields = {name: getattr(batch, name) for name in (
+        "name", "description", "per_key_concurrency", "head_start_seconds", "max_queue_wait_seconds",
+        "max_queued_per_key", "engine_priority", "fairshare_weight_seconds", "max_key_days")}
+    fields = {k: ("" if v is None else v) for k, v in fields.items()}
+    fields.update(pool_concurrency=batch.pool_concurrency or "", max_queued=batch.max_queued or "",
+                  borrow_idle_slots="on" if batch.borrow_idle_slots else "", queue_events="on",
+                  isolate_prefix_cache="on", self_service_keys="on", allowed_models=json.dumps(batch.allowed_models),
+                  key_requests_per_minute=7)
+    response = admin_client.post(f"/admin/fairness/tier/{batch.pk}/change/", fields)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    entry = AuditEntry.objects.get(action="tier.update", target="batch")
+    assert entry.detail == {"key_requests_per_minute": 7} and (entry.actor_name, entry.ip) == ("root", "127.10.0.8")
+
+    account = {"name": "physics", "shares": 3, "description": "", "allowed_models": "[]",
+               "created_at_0": "2026-12-01", "created_at_1": "00:00:00"}
+    added = admin_client.post("/admin/fairness/account/add/", account)
+    assert added.status_code == 302, added.content.decode()[:2000]
+    assert AuditEntry.objects.get(action="account.add", target="physics").detail["shares"] == 3
+    physics = Account.objects.get(name="physics")
+    assert admin_client.post(f"/admin/fairness/account/{physics.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert AuditEntry.objects.filter(action="account.delete", target="physics").exists()
 
 
 def replica_fields(replica: Replica, **changes) -> dict:

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from fairness.models import ApiKey, Tier
+from fairness.models import ApiKey, AuditEntry, Tier
 
 pytestmark = pytest.mark.django_db(transaction=True)
 User = get_user_model()
@@ -14,6 +14,7 @@ User = get_user_model()
 TIER = {
     "name": "gold", "description": "Paid for", "per_key_concurrency": 4, "pool_concurrency": 8,
     "head_start_seconds": 30, "max_queue_wait_seconds": 120, "max_queued_per_key": 16, "engine_priority": 0,
+    "queue_events": "on", "fairshare_weight_seconds": 300,
 }
 
 
@@ -86,6 +87,28 @@ def test_a_tier_bound_on_its_queue_is_set_on_the_form_and_said_in_its_policy(sta
     assert Tier.objects.get(name="gold").max_queued is None  # empty: no tier bound
 
 
+def test_every_policy_is_on_the_tier_form_said_in_its_policy_and_audited(staff_client, cast):
+    form = staff_client.get("/staff/tiers/new/").content.decode()
+    for label in ("Fair-share weight (seconds)", "Requests a minute per person", "Weighted tokens a minute per person",
+                  "Requests a minute across the tier", "Weighted tokens a minute across the tier",
+                  "Tell waiting streams their place"):
+        assert label in form, label
+    limits = {"key_requests_per_minute": 30, "key_tokens_per_minute": 90000, "requests_per_minute": "",
+              "tokens_per_minute": 1000000, "fairshare_weight_seconds": 60}
+    body = {key: value for key, value in {**TIER, **limits}.items() if key != "queue_events"}  # unticked
+    assert staff_client.post("/staff/tiers/new/", body).status_code == 302
+    gold = Tier.objects.get(name="gold")
+    assert (gold.key_requests_per_minute, gold.key_tokens_per_minute, gold.requests_per_minute,
+            gold.tokens_per_minute) == (30, 90000, None, 1000000)
+    assert (gold.fairshare_weight_seconds, gold.queue_events) == (60.0, False)
+    policy = staff_client.get("/staff/tiers/").content.decode()
+    assert "each person at most 30 requests a minute (up to 2 at once, then one every 2 s)" in policy
+    assert "as if it had waited up to 1 minute less" in policy
+    detail = AuditEntry.objects.get(action="tier.create", target="gold").detail
+    assert (detail["key_requests_per_minute"], detail["fairshare_weight_seconds"], detail["queue_events"]) == (
+        30, 60.0, False)
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"per_key_concurrency": 0}, "per_key_concurrency"),
     ({"pool_concurrency": 0}, "pool_concurrency"),
@@ -94,6 +117,8 @@ def test_a_tier_bound_on_its_queue_is_set_on_the_form_and_said_in_its_policy(sta
     ({"max_queued_per_key": 0}, "max_queued_per_key"),
     ({"max_queued": 0}, "max_queued"),
     ({"per_key_concurrency": "many"}, "per_key_concurrency"),
+    ({"key_requests_per_minute": 0}, "key_requests_per_minute"),
+    ({"fairshare_weight_seconds": -1}, "fairshare_weight_seconds"),
 ])
 def test_tier_edits_are_validated_with_errors_on_the_fields(staff_client, cast, change, field):
     before = Tier.objects.get(name="batch")

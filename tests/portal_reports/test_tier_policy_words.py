@@ -81,6 +81,16 @@ def test_durations_in_words() -> None:
 
 def test_rate_limits_are_said_per_person_and_for_the_tier() -> None:
     words = " ".join(in_words(_tier("interactive", key_requests_per_minute=3, tokens_per_minute=50_000)))
-    assert "Rate limits: each person at most 3 requests a minute; all interactive keys together at most " \
-        "50,000 weighted tokens a minute; past one, 429 says when to retry." in words
+    assert "Rate limits: each person at most 3 requests a minute (one every 20 s); all interactive keys " \
+        "together at most 50,000 weighted tokens a minute; past one, 429 says when to retry." in words
     assert "Rate limits" not in " ".join(in_words(_tier("interactive")))
+    # The burst said is the limiter's: a twentieth of a minute's worth at once.
+    many = " ".join(in_words(_tier("interactive", requests_per_minute=1200)))
+    assert "all interactive keys together at most 1,200 requests a minute (up to 60 at once, then one every " \
+        "0.05 s)" in many
+
+
+def test_fair_share_is_said_with_its_weight() -> None:
+    weighted = " ".join(in_words(_tier("batch", fairshare_weight_seconds=300)))
+    assert "as if it had waited up to 5 minutes less" in weighted
+    assert "No fair share" in " ".join(in_words(_tier("batch", fairshare_weight_seconds=0)))

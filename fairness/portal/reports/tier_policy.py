@@ -6,6 +6,8 @@ borrowing that may exceed them, the two limits that answer 429, and the ageing h
 
 from __future__ import annotations
 
+import math
+
 from django.conf import settings
 
 from fairness.models import Tier
@@ -42,6 +44,16 @@ def _slots(n: int) -> str:
 
 def _per_minute(limit: int | None, what: str, who: str) -> str:
     return f"{who} at most {limit:,} {what} a minute" if limit else ""
+
+
+def _requests_per_minute(limit: int | None, who: str) -> str:
+    """The limit with the burst lib/limits.lua allows: a twentieth of a minute's worth at once (at
+    least one), then one each 60/limit seconds, so "3 a minute" is one every 20 s, not 3 at once."""
+    if not limit:
+        return ""
+    burst, spacing = max(1, math.ceil(limit / 20)), f"{60 / limit:.3g} s"
+    pace = f"one every {spacing}" if burst == 1 else f"up to {burst:,} at once, then one every {spacing}"
+    return f"{who} at most {limit:,} requests a minute ({pace})"
 
 
 def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
@@ -84,13 +96,21 @@ def in_words(tier: Tier, *, reserve_slots: int | None = None) -> list[str]:
             "head start goes ahead of them only until they have waited longer than that head start."
         )
     limits = [words for words in (
-        _per_minute(tier.key_requests_per_minute, "requests", "each person"),
+        _requests_per_minute(tier.key_requests_per_minute, "each person"),
         _per_minute(tier.key_tokens_per_minute, "weighted tokens", "each person"),
-        _per_minute(tier.requests_per_minute, "requests", f"all {tier.name} keys together"),
+        _requests_per_minute(tier.requests_per_minute, f"all {tier.name} keys together"),
         _per_minute(tier.tokens_per_minute, "weighted tokens", f"all {tier.name} keys together"),
     ) if words]
     if limits:
         sentences.append("Rate limits: " + "; ".join(limits) + "; past one, 429 says when to retry.")
+    if tier.fairshare_weight_seconds > 0:
+        sentences.append(
+            "Fair share: a request of an account that has used its whole share lately lines up as if it "
+            f"had waited up to {duration_in_words(tier.fairshare_weight_seconds)} less than one of an "
+            "account that has used nothing."
+        )
+    else:
+        sentences.append("No fair share: what an account has used does not move its requests in line.")
     if tier.isolate_prefix_cache:
         sentences.append("Each user's cached prompts are kept apart from other users'.")
     return sentences

@@ -286,6 +286,11 @@ def set_user_tier(request: AdminApiRequest, username: str, data: UserTierIn) -> 
 
 # -- tiers --------------------------------------------------------------------------------------
 
+PER_PERSON_LIMIT = "A minute's limit for each person (their keys together); null for none."
+TIER_LIMIT = "A minute's limit for all the tier's keys together; null for none."
+RateLimitName = Literal["key_requests_per_minute", "key_tokens_per_minute", "requests_per_minute", "tokens_per_minute"]
+
+
 class TierSchema(Input):
     name: str = Field(min_length=1, max_length=40, pattern=r"^[-a-zA-Z0-9_]+$")
     description: str = Field("", max_length=200)
@@ -298,6 +303,14 @@ class TierSchema(Input):
                                    "keys; null for no tier bound (GP_MAX_QUEUED_TOTAL still applies).")
     engine_priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool = False
+    queue_events: bool = Field(True, description="A streamed request that waits is told its place in line "
+                               "every second (SSE comments); false: plain 429s, no byte before its answer.")
+    fairshare_weight_seconds: float = Field(300.0, ge=0, le=86_400, description="Fair share: how many seconds "
+                                            "of waiting an account over its share gives up; 0 turns it off.")
+    key_requests_per_minute: int | None = Field(None, ge=1, le=10_000_000, description=PER_PERSON_LIMIT)
+    key_tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000, description=PER_PERSON_LIMIT)
+    requests_per_minute: int | None = Field(None, ge=1, le=10_000_000, description=TIER_LIMIT)
+    tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000, description=TIER_LIMIT)
     isolate_prefix_cache: bool = Field(
         True, description="Send each user's requests with a cache salt of their own (vLLM's cache_salt): "
         "no prefix-cache sharing, and no timing of others' prompts, across the tier's users.",
@@ -321,6 +334,13 @@ class TierPatch(Input):
     clear_max_queued: bool = False
     engine_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     borrow_idle_slots: bool | None = None
+    queue_events: bool | None = None
+    fairshare_weight_seconds: float | None = Field(None, ge=0, le=86_400)
+    key_requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
+    key_tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000)
+    requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
+    tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000)
+    clear_rate_limits: list[RateLimitName] = Field(default_factory=list, description="Rate limits to remove.")
     isolate_prefix_cache: bool | None = None
     allowed_models: list[ModelName] | None = Field(None, description=ALLOWED_MODELS)
     self_service_keys: bool | None = None
@@ -356,13 +376,17 @@ def create_tier(request: AdminApiRequest, data: TierSchema) -> Status[TierSchema
 def update_tier(request: AdminApiRequest, name: str, data: TierPatch) -> TierSchema:
     tier = get_object_or_404(Tier, name=name)
     clears = {"clear_pool": "pool_concurrency", "clear_max_key_days": "max_key_days", "clear_max_queued": "max_queued"}
-    changed = {k: v for k, v in data.dict(exclude_unset=True).items() if k not in clears and v is not None}
+    changed = {k: v for k, v in data.dict(exclude_unset=True).items()
+               if k not in clears and k != "clear_rate_limits" and v is not None}
     for field, value in changed.items():
         setattr(tier, field, value)
     for flag, field in clears.items():
         if getattr(data, flag):
             setattr(tier, field, None)
             changed[field] = None
+    for field in data.clear_rate_limits:
+        setattr(tier, field, None)
+        changed[field] = None
     return tier_out(validated_tier_save(request, tier, changed))
 
 
