@@ -351,6 +351,15 @@ class ApiKey(Credential, models.Model):
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+",
         help_text="Who issued it: staff, or its owner on their own page; empty for a command.",
     )
+    made_by_command = models.CharField(
+        max_length=150, blank=True, editable=False,
+        help_text="Who ran the command that issued it (as the audit log names them: os:root), when no one "
+        "signed in did.",
+    )
+    replaced_by = models.ForeignKey(
+        "self", models.SET_NULL, null=True, blank=True, related_name="+", editable=False,
+        help_text="The key a rotation made in its place.",
+    )
     expiry_noticed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # A front end (Open WebUI) speaks for many people through one key: each request names its
     # person, and that person's limits, share and budgets apply (gateway/front_end_people.py).

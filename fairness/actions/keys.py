@@ -34,6 +34,7 @@ def issue_key(
     expires_at: dt.datetime | None = None,
     membership: Membership | None = None,
     created_by: User | None = None,
+    made_by_command: str = "",
     front_end: FrontEnd = NONE,
 ) -> tuple[ApiKey, str]:
     """Create a key; the secret is returned once and never stored. It charges `membership`
@@ -57,6 +58,7 @@ def issue_key(
                     expires_at=expires_at,
                     membership=membership,
                     created_by=created_by,
+                    made_by_command=made_by_command,
                     **front_end.fields(),
                 )
             return key, secret
@@ -70,6 +72,11 @@ def expiry_in_days(days: int | None) -> dt.datetime | None:
 
 
 @transaction.atomic
+def _command_maker(actor: Actor) -> str:
+    """Who ran the command that acts, as the audit log names them; "" when someone signed in acts."""
+    return "" if actor.user is not None else actor.name[:150]
+
+
 def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
           expires_at: dt.datetime | None = None, membership: Membership | None = None,
           front_end: FrontEnd = NONE) -> tuple[ApiKey, str]:
@@ -80,7 +87,7 @@ def issue(actor: Actor, owner: User, tier: Tier, label: str = "",
     if membership is not None and membership.user_id != owner.pk:
         raise ValidationError({"account": f"{owner.get_username()} is not a member of {membership.account}."})
     key, secret = issue_key(owner, tier, label=label, expires_at=expires_at, membership=membership,
-                            created_by=actor.user, front_end=front_end)
+                            created_by=actor.user, made_by_command=_command_maker(actor), front_end=front_end)
     audit(actor, "key.issue", key.prefix, owner=owner.get_username(), tier=tier.name, label=label,
           account=key.membership.account.name if key.membership else None,
           expires_at=expires_at.isoformat() if expires_at else None,
@@ -118,12 +125,15 @@ def rotate(actor: Actor, key: ApiKey, grace_seconds: int = 0,
         expires_at = latest_expiry
     # The new key speaks for the same front end: otherwise its people would all charge its owner.
     new, secret = issue_key(key.owner, key.tier, label=key.label, expires_at=expires_at,
-                            membership=key.membership, created_by=actor.user, front_end=FrontEnd.of(key))
+                            membership=key.membership, created_by=actor.user, made_by_command=_command_maker(actor),
+                            front_end=FrontEnd.of(key))
+    key.replaced_by = new
     if grace_seconds > 0:
         ends = timezone.now() + dt.timedelta(seconds=grace_seconds)
         key.expires_at = min(ends, key.expires_at) if key.expires_at else ends
-        key.save(update_fields=["expires_at"])
+        key.save(update_fields=["expires_at", "replaced_by"])
     else:
-        key.revoke()
+        key.revoked_at = key.revoked_at or timezone.now()
+        key.save(update_fields=["revoked_at", "replaced_by"])
     audit(actor, "key.rotate", key.prefix, new=new.prefix, grace_seconds=grace_seconds)
     return new, secret

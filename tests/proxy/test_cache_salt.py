@@ -85,7 +85,7 @@ def test_the_staff_form_and_the_admin_api_set_it(staff_client, tiers):
     assert 'name="isolate_prefix_cache"' in page
     fields = {"name": "batch", "per_key_concurrency": 2, "pool_concurrency": 2, "head_start_seconds": 0,
               "max_queue_wait_seconds": 300, "max_queued_per_key": 64, "engine_priority": 0,
-              }  # the box unticked
+              "fairshare_weight_seconds": 300}  # the box unticked
     assert "prefilled once per user" in page  # the form says what it costs
     assert staff_client.post("/staff/tiers/batch/edit/", fields).status_code == 302
     assert Tier.objects.get(name="batch").isolate_prefix_cache is False

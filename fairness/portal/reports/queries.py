@@ -33,6 +33,10 @@ def load_of_key(key: ApiKey, load: Load) -> tuple[int, int]:
     return load.get((key.owner_id, key.tier.name), (0, 0))
 
 
+# What key_out reads of a key besides its own row: select_related(*KEY_RELATIONS) fetches it at once.
+KEY_RELATIONS = ("owner", "tier", "membership__account", "created_by", "replaced_by")
+
+
 class KeyOut(Schema):
     prefix: str
     owner: str
@@ -49,9 +53,10 @@ class KeyOut(Schema):
         None, description="The account whose share its requests charge; null: its owner's default account."
     )
     created_by: str | None = Field(
-        None, description="Who made it: a staff member, or its owner on their own page; null: a command (or "
-        "made before this was recorded)."
+        None, description="Who made it: a staff member, its owner on their own page, or who ran the command "
+        "(\"os:root\"); null: made before this was recorded."
     )
+    replaced_by: str | None = Field(None, description="The prefix of the key a rotation made in its place.")
     front_end: str = Field("", description="The shared front end it speaks for (\"openwebui\"): each request "
                            "names the person asking. Empty: the key speaks for its owner.")
     front_end_trusts_plain_headers: bool = Field(False, description="It also accepts the front end's unsigned "
@@ -69,7 +74,8 @@ def key_out(
         created_at=key.created_at, expires_at=key.expires_at, revoked_at=key.revoked_at,
         last_used_at=key.last_used_at, in_flight=in_flight, queued=queued, tokens_24h=(tokens or {}).get(key.pk, 0),
         account=key.membership.account.name if key.membership else None,
-        created_by=key.created_by.get_username() if key.created_by else None,
+        created_by=key.created_by.get_username() if key.created_by else (key.made_by_command or None),
+        replaced_by=key.replaced_by.prefix if key.replaced_by else None,
         front_end=key.front_end, front_end_trusts_plain_headers=key.front_end_trusts_plain_headers,
         front_end_adds_people=key.front_end_adds_people,
     )
@@ -121,7 +127,7 @@ def ends_in(moment: dt.datetime, now: dt.datetime) -> str:
 
 def keys_matching(search: str, tier: str, state: str, now: dt.datetime) -> QuerySet[ApiKey]:
     """The keys page's rows before sorting: `search` is part of an owner, a label or a prefix."""
-    keys = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by")
+    keys = ApiKey.objects.select_related(*KEY_RELATIONS)
     if search:
         keys = keys.filter(Q(owner__username__icontains=search) | Q(label__icontains=search)
                            | Q(prefix__icontains=search))
@@ -260,7 +266,7 @@ def longest_queue(stats: live_counts.Stats) -> LongestQueue | None:
 
 
 def attention(now: dt.datetime, readings: dict[str, dict[str, Any]], stats: live_counts.Stats) -> Attention:
-    expiring = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by").filter(
+    expiring = ApiKey.objects.select_related(*KEY_RELATIONS).filter(
         revoked_at=None, expires_at__gt=now, expires_at__lte=now + EXPIRING_WITHIN
     ).order_by("expires_at")
     return Attention(

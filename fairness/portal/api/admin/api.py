@@ -33,7 +33,7 @@ from fairness.gateway.front_end_secrets import MAX_SECRET_CHARS
 from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
 from fairness.portal import submit_once
 from fairness.portal.client_address import client_address
-from fairness.portal.reports.queries import KeyOut, key_load, key_out, tokens_last_day
+from fairness.portal.reports.queries import KEY_RELATIONS, KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class RotateIn(Input):
 @router.get("/keys", response=list[KeyOut], summary="Every key, with live load and the last day's tokens")
 def list_keys(request: AdminApiRequest) -> list[KeyOut]:
     load, tokens = key_load(), tokens_last_day()
-    keys = ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by")
+    keys = ApiKey.objects.select_related(*KEY_RELATIONS)
     return [key_out(k, load, tokens) for k in keys]
 
 
@@ -209,7 +209,7 @@ def checked_front_end(make: Callable[[], FrontEnd]) -> FrontEnd:
 
 @router.patch("/keys/{prefix}", response=KeyOut, summary="Change whether a key is a front end's, and how")
 def update_key(request: AdminApiRequest, prefix: str, data: KeyPatch) -> KeyOut:
-    key = get_object_or_404(ApiKey.objects.select_related("owner", "tier", "membership__account", "created_by"),
+    key = get_object_or_404(ApiKey.objects.select_related(*KEY_RELATIONS),
                             prefix=prefix)
     if key.revoked_at is not None:
         raise HttpError(409, "This key is revoked; issue a new one instead.")

@@ -24,7 +24,7 @@ from fairness.models import ApiKey
 from fairness.portal import submit_once
 from fairness.portal.forms import OwnKeyForm, RotateKeyForm
 from fairness.portal.pages.common import already_done, page_actor, secret_page
-from fairness.portal.reports.queries import key_load, key_rows, rotated_prefixes, tokens_last_day
+from fairness.portal.reports.queries import KEY_RELATIONS, key_load, key_rows, rotated_prefixes, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def _get_keys_for_user(user: User) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(owner=user).select_related("owner", "tier", "membership__account", "created_by")
+    return ApiKey.objects.filter(owner=user).select_related(*KEY_RELATIONS)
 
 
 def _get_key_for_user(user: User, prefix: str) -> ApiKey:
