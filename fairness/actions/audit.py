@@ -70,10 +70,10 @@ def _masked(argv: list[str]) -> list[str]:
     for arg in argv:
         option, equals, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
         if secret_next:
-            masked.append(MASKED)
+            masked.append(_prefix_or_masked(arg))
             secret_next = False
         elif option and _SECRET_OPTION.match(option):
-            masked.append(f"{option}={MASKED}" if equals else option)
+            masked.append(f"{option}={_prefix_or_masked(value)}" if equals else option)
             secret_next = not equals
         elif option and equals:
             masked.append(f"{option}={_masked_value(value)}")
@@ -82,12 +82,26 @@ def _masked(argv: list[str]) -> list[str]:
     return masked
 
 
-def _masked_value(value: str) -> str:
-    """A key or token secret keeps its visible prefix (shown on every page anyway); anything else
-    shaped like a random credential is hidden whole."""
+def _visible_prefix(value: str) -> str | None:
+    """A key's or token's prefix (shown on every page anyway: `--key gp-AbCdEfGh` names a key, it
+    gives nothing away), a whole secret cut to it; None for anything else."""
     for start, visible in (("gpa-", 12), ("gp-", 11)):
         if value.startswith(start):
             return value if len(value) <= visible else value[:visible] + "…"
+    return None
+
+
+def _prefix_or_masked(value: str) -> str:
+    """The value of an option named like a secret: a key's prefix stays, anything else is hidden."""
+    return _visible_prefix(value) or MASKED
+
+
+def _masked_value(value: str) -> str:
+    """A key or token secret keeps its visible prefix; anything else shaped like a random
+    credential is hidden whole."""
+    prefix = _visible_prefix(value)
+    if prefix is not None:
+        return prefix
     looks_random = all(any(test(c) for c in value) for test in (str.isupper, str.islower, str.isdigit))
     return MASKED if _TOKEN_LIKE.match(value) and looks_random else value
 

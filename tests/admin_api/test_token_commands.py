@@ -135,9 +135,11 @@ def test_the_command_line_actor_masks_every_secret_in_the_command():
     actor = command_line_actor([
         "manage.py", "add_replica", "--api-key", "hunter2", "--password=swordfish", "--label=nightly_user_sync_job",
         "--max-tokens", "100", "sk-Q2VfRt9LmN0pZx7YwK3aB", secret, "gp-AbCdEfGh",
+        "--key", "gp-ZyXwVuTs", "--api-key=gp-QqRrSsTtUuVvWwXxYyZz0123456789",
     ])
     assert actor.user is None and actor.name == f"os:{getpass.getuser()}"
-    for hidden in ("hunter2", "swordfish", "sk-Q2VfRt9LmN0pZx7YwK3aB", secret):
+    for hidden in ("hunter2", "swordfish", "sk-Q2VfRt9LmN0pZx7YwK3aB", secret, "UuVvWwXxYyZz0123456789"):
         assert hidden not in actor.command
-    for kept in ("--label=nightly_user_sync_job", "--max-tokens 100", "gpa-AbCdEfGh…", "gp-AbCdEfGh"):
+    for kept in ("--label=nightly_user_sync_job", "--max-tokens 100", "gpa-AbCdEfGh…", "gp-AbCdEfGh",
+                 "--key gp-ZyXwVuTs", "--api-key=gp-QqRrSsTt…"):  # a key's prefix names it: not secret
         assert kept in actor.command
