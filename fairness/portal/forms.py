@@ -210,12 +210,14 @@ class IssueAdminTokenForm(SubmitOnceForm):
 
     def __init__(self, *args: Any, issuer: auth_models.User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        owner = cast("forms.ModelChoiceField[auth_models.User]", self.fields["owner"])  # as declared above
+        owner.initial = issuer.get_username()  # most tokens are one's own
         if not issuer.is_superuser:
             # The only choice is oneself, so a form posted with another name fails validation.
-            owner = cast("forms.ModelChoiceField[auth_models.User]", self.fields["owner"])  # as declared above
             owner.queryset = User.objects.filter(pk=issuer.pk)
-            owner.initial = issuer.get_username()
             owner.help_text = "Your own: only a superuser may issue a token for someone else."
+        if owner.queryset is not None and owner.queryset.count() == 1:  # nothing to choose: no empty choice
+            owner.empty_label = None
 
     def expires_at(self) -> dt.datetime | None:
         days = self.cleaned_data.get("expires_days")

@@ -78,6 +78,7 @@ def test_sending_the_issue_form_again_issues_nothing_new(staff_client, cast):
 def test_staff_issue_tokens_for_themselves_only(staff, staff_client, cast, tess):
     form = staff_client.get("/staff/tokens/issue/").content.decode()
     assert '<option value="sam" selected>' in form and 'value="tess"' not in form
+    assert '<option value="">' not in form  # the only choice: no empty one above it
 
     response = staff_client.post("/staff/tokens/issue/", key_form(owner="tess", label="borrowed"))
 
@@ -89,6 +90,8 @@ def test_staff_issue_tokens_for_themselves_only(staff, staff_client, cast, tess)
 
 
 def test_a_superuser_issues_for_other_staff_but_never_for_a_researcher(staff, root_client, cast):
+    form = root_client.get("/staff/tokens/issue/").content.decode()
+    assert '<option value="root" selected>' in form and '<option value="sam">' in form  # oneself, first
     secret, _ = issue(root_client, owner="sam", label="for sam")
     assert AdminToken.objects.get(secret_hash=hash_secret(secret)).owner == staff
     assert AuditEntry.objects.get(action="admin_token.issue").actor_name == "root"
