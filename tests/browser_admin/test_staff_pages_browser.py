@@ -100,6 +100,35 @@ def test_row_actions_stay_reachable_on_a_phone_and_in_view_on_a_desktop(chromium
         page.wait_for_url(gateway.url + "/staff/replicas/sim-a/disable/")
 
 
+# Each row of a page's table whose name (its row header) or actions are out of the table's box,
+# or overlap: on a phone the actions held at the right edge once covered every name.
+ROWS_NOT_IN_VIEW = """() => {
+    const box = document.querySelector('.table-scroll').getBoundingClientRect();
+    const inside = r => r.left >= box.left - 1 && r.right <= box.right + 1 && r.width > 0;
+    return [...document.querySelectorAll('.table-scroll tbody tr')].filter(tr => tr.querySelector('td.actions'))
+        .map(tr => {
+            const name = tr.querySelector('th[scope=row]').getBoundingClientRect();
+            const actions = tr.querySelector('td.actions').getBoundingClientRect();
+            return {row: tr.querySelector('th[scope=row]').innerText.slice(0, 40), name: inside(name),
+                    actions: inside(actions), apart: name.right <= actions.left + 1};
+        }).filter(r => !(r.name && r.actions && r.apart));
+}"""
+
+
+@pytest.mark.browser
+def test_each_rows_name_and_actions_are_both_in_view_on_a_phone_and_a_desktop(chromium, gateway, replica, cast,
+                                                                             redis_url):
+    busy_portal(cast)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        sign_in_as_staff(page, gateway.url)
+        for width in (1280, 390):
+            page.set_viewport_size({"width": width, "height": 844})
+            for path in ("/staff/users/", "/staff/keys/?state=all", "/staff/replicas/"):
+                page.goto(gateway.url + path)
+                assert page.evaluate(ROWS_NOT_IN_VIEW) == [], f"{path} at {width} px"
+
+
 @pytest.mark.browser
 def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway, replica, cast, redis_url):
     from playwright.sync_api import expect
