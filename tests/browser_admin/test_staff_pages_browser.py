@@ -130,6 +130,27 @@ def test_each_rows_name_and_actions_are_both_in_view_on_a_phone_and_a_desktop(ch
 
 
 @pytest.mark.browser
+def test_on_a_phone_the_navigation_folds_behind_a_menu_button(chromium, gateway, replica, cast, redis_url):
+    busy_portal(cast)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        sign_in_as_staff(page, gateway.url)
+        page.goto(gateway.url + "/staff/")
+        header = page.locator("header.site")
+        menu = header.get_by_role("button", name="Menu")
+        box = header.bounding_box()
+        assert box is not None and box["height"] < 100  # it was 260 px of 844 with the links in 8 lines
+        assert not header.get_by_role("link", name="Users").is_visible()
+        menu.click()
+        assert menu.get_attribute("aria-expanded") == "true"
+        header.get_by_role("link", name="Users").click()
+        page.wait_for_url(gateway.url + "/staff/users/")
+        page.set_viewport_size({"width": 1280, "height": 900})  # a desktop: no button, every link in view
+        assert not header.get_by_role("button", name="Menu").is_visible()
+        assert header.get_by_role("link", name="Audit").is_visible()
+
+
+@pytest.mark.browser
 def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway, replica, cast, redis_url):
     from playwright.sync_api import expect
 
