@@ -282,6 +282,18 @@ class RequestLifecycle:
         """What the failed release did not charge: the demand and its real weighted count."""
         return None if self.grant is None else (self.grant.demand, self._charge())
 
+    def budget_before(self) -> float | None:
+        """What the tightest of its budgets kept before this request (None: no budget). Acquire
+        reported what it kept after the reservation, so the reservation is added back."""
+        if self.grant is None or self.grant.budget_left is None:
+            return None
+        return self.grant.budget_left + self.grant.demand.estimate
+
+    def budget_after(self) -> float | None:
+        """What it keeps after this request's real charge, once closed (the engine's counts are in)."""
+        before = self.budget_before()
+        return None if before is None or not self._closed else max(0.0, before - self._charge())
+
     def _charge(self) -> float:
         """The weighted tokens this request charges its association (fair share)."""
         return fair_share.weighted_tokens(

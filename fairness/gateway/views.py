@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 REPLICA_HEADER = "X-GPUPortal-Replica"
 QUEUED_HEADER = "X-GPUPortal-Queued-Ms"
 # The least any budget over the key had left once this request's estimate was reserved.
+# What the tightest budget keeps after this request's real charge (whole answers: the charge is
+# known before the headers leave), and what it kept before this request (streams: the charge comes
+# at the stream's end). Never the reservation: that is a bound, not a charge.
 BUDGET_HEADER = "X-GPUPortal-Budget-Remaining"
+BUDGET_BEFORE_HEADER = "X-GPUPortal-Budget-Before-Request"
 # The completion limit the request ran with, when its budgets left it less than it asked for (or
 # it named none): the engine was told this many tokens at most.
 LOWERED_HEADER = "X-GPUPortal-Max-Tokens-Lowered"
@@ -191,19 +195,20 @@ async def _proxy(request: GatewayRequest, runtime: GatewayRuntime, endpoint: str
         headers = {REPLICA_HEADER: replica.name, QUEUED_HEADER: str(lifecycle.event["queued_ms"])}
         if "queue_estimate_ms" in lifecycle.event:
             headers[QUEUE_ESTIMATE_HEADER] = str(lifecycle.event["queue_estimate_ms"])
-        if lifecycle.grant is not None and lifecycle.grant.budget_left is not None:
-            headers[BUDGET_HEADER] = f"{lifecycle.grant.budget_left:.0f}"
         lowered = _lowered(parsed, lifecycle.grant)
         if lowered is not None:
             headers[LOWERED_HEADER] = str(lowered)
         if response.status_code != 200:
             error = await engine_error(response, replica)
             await lifecycle.close(error.status)
-            return error.response(headers)
+            return error.response(_with_budget_left(headers, lifecycle))
         remember = functools.partial(
             stored_responses.remember_response, runtime, replica=replica.name, person_id=key.person_id, parsed=parsed,
         ) if parsed.endpoint == request_parsing.RESPONSES else None
         if parsed.stream:
+            before = lifecycle.budget_before()
+            if before is not None:
+                headers[BUDGET_BEFORE_HEADER] = f"{before:.0f}"
             return _streaming(response, replica, lifecycle, parsed, headers, remember)
         return await _whole_response(response, replica, lifecycle, headers, remember)
 
@@ -424,9 +429,15 @@ async def _whole_response(
         await remember(answer["id"])
     await lifecycle.close(200, tally)
     result = HttpResponse(raw, content_type="application/json")
-    for name, value in headers.items():
+    for name, value in _with_budget_left(headers, lifecycle).items():
         result[name] = value
     return result
+
+
+def _with_budget_left(headers: dict[str, str], lifecycle: RequestLifecycle) -> dict[str, str]:
+    """The headers with what the budgets keep after this (closed) request's real charge."""
+    left = lifecycle.budget_after()
+    return headers if left is None else {**headers, BUDGET_HEADER: f"{left:.0f}"}
 
 
 def _parsed(raw: bytes) -> Any:

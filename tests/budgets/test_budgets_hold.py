@@ -103,3 +103,25 @@ def test_a_request_that_fits_is_told_nothing_and_one_that_does_not_fit_at_all_is
     refused = send(gateway.url, alice.secret, "chat", chat)
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "budget_exceeded"
+
+
+def test_a_whole_answer_says_what_its_budget_keeps_after_its_real_charge_and_a_stream_what_it_kept_before(
+    gateway, cast, long_engine
+):
+    alice = cast["alice"]
+    Replica.objects.create(name="sim-long", base_url=long_engine.url, model=MODEL, max_num_seqs=32)
+    budget = Budget.objects.create(key=ApiKey.objects.get(pk=alice.key_id), tokens=2000, period=Budget.Period.DAY)
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True, "max_tokens": 20}
+    whole = send(gateway.url, alice.secret, "chat", chat)
+    assert whole.status_code == 200, whole.text
+    wait_for(nothing_held, timeout=30, what="the lease back")
+    used, _ = budget_counters(budget)
+    assert 40 <= used < 200  # 20 completion tokens at weight 2, and the prompt
+    # Not the reservation (the request asked for up to 20 tokens of a prompt guessed from its size).
+    assert int(whole.headers["x-gpuportal-budget-remaining"]) == round(2000 - used)
+    assert "x-gpuportal-budget-before-request" not in whole.headers
+
+    streamed = send(gateway.url, alice.secret, "chat", {**chat, "stream": True})
+    assert streamed.status_code == 200, streamed.text
+    assert int(streamed.headers["x-gpuportal-budget-before-request"]) == round(2000 - used)
+    assert "x-gpuportal-budget-remaining" not in streamed.headers
