@@ -134,6 +134,19 @@ class IssueKeyForm(FrontEndFields, SubmitOnceForm):
         tier = default_tier(self.initial.get("owner"))
         if tier is not None:
             self.fields["tier"].initial = tier.name
+        owner = self.initial.get("owner")
+        if not self.is_bound and owner:  # the owner is known: offer only their accounts
+            account = cast("forms.ModelChoiceField[Account]", self.fields["account"])
+            account.queryset = Account.objects.filter(memberships__user__username=owner).order_by("name")
+
+    def accounts_of_owners(self) -> dict[str, list[str]]:
+        """Each active user's accounts, for the page's script to narrow the list to the chosen
+        owner's (without script the whole list stays, and clean() refuses a stranger's account)."""
+        accounts: dict[str, list[str]] = {}
+        for username, account in (Membership.objects.filter(user__is_active=True)
+                                  .order_by("account__name").values_list("user__username", "account__name")):
+            accounts.setdefault(username, []).append(account)
+        return accounts
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

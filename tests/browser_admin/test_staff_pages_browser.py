@@ -168,3 +168,25 @@ def test_the_keys_pages_live_figures_refresh_without_a_reload(chromium, gateway,
         finally:
             grading.close()
         expect(page.locator("#keys-status")).not_to_have_class("stale")
+
+
+@pytest.mark.browser
+def test_the_key_forms_account_list_follows_the_chosen_owner(chromium, gateway, replica, cast, redis_url):
+    from fairness.models import Account, Membership
+
+    User.objects.create_user("sam", password=STAFF_PASSWORD, is_staff=True)
+    for name, user in (("nlp", "carol"), ("vision", "bob"), ("speech", "bob")):
+        Membership.objects.create(account=Account.objects.create(name=name), user=User.objects.get(username=user))
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        sign_in_as_staff(page, gateway.url)
+        page.goto(gateway.url + "/staff/keys/issue/?owner=carol")
+        account = page.get_by_label("Account")
+        offered = lambda: [o for o in account.locator("option").all_text_contents()]  # noqa: E731
+        assert offered() == ["The owner's default account", "carol", "nlp"]
+        page.get_by_label("Owner").select_option("bob")
+        assert offered() == ["The owner's default account", "bob", "speech", "vision"]
+        account.select_option("vision")
+        page.get_by_label("Owner").select_option("alice")  # in none of bob's
+        assert offered() == ["The owner's default account", "alice"]
+        assert account.input_value() == ""

@@ -168,3 +168,15 @@ def test_a_key_charges_the_account_chosen_for_it_and_only_one_of_its_owners(staf
     refused = staff_client.post("/staff/keys/issue/", key_form(owner="carol", tier="batch", account="vision"))
     assert refused.status_code == 200 and "carol is not a member of vision" in refused.content.decode()
     assert ApiKey.objects.filter(owner=carol).count() == 2  # the cast's key and the nlp one
+
+
+def test_the_issue_form_offers_only_the_named_owners_accounts_and_tells_the_script_everyones(staff_client, cast):
+    carol, bob = (get_user_model().objects.get(username=name) for name in ("carol", "bob"))
+    nlp, vision = Account.objects.create(name="nlp"), Account.objects.create(name="vision")
+    Membership.objects.create(account=nlp, user=carol)
+    Membership.objects.create(account=vision, user=bob)
+    form = staff_client.get("/staff/keys/issue/?owner=carol").context["form"]
+    assert [account.name for account in form.fields["account"].queryset] == ["carol", "nlp"]  # her own, and nlp
+    assert {"carol": ["carol", "nlp"], "bob": ["bob", "vision"]}.items() <= form.accounts_of_owners().items()
+    unnamed = staff_client.get("/staff/keys/issue/").context["form"]  # no owner yet: every account
+    assert {"nlp", "vision"} <= {account.name for account in unnamed.fields["account"].queryset}
