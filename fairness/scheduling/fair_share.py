@@ -47,6 +47,23 @@ def normalised_shares(nodes: Mapping[object, Node]) -> dict[object, float]:
     return shares
 
 
+def level_shares(nodes: Mapping[object, Node]) -> dict[object, float]:
+    """Every node's shares over its siblings' alone (Fair Tree's S at its own level)."""
+    sibling_total: dict[object, int] = {}
+    for node in nodes.values():
+        sibling_total[node.parent] = sibling_total.get(node.parent, 0) + node.shares
+    return {node_id: node.shares / sibling_total[node.parent] if sibling_total[node.parent] else 0.0
+            for node_id, node in nodes.items()}
+
+
+def level_fs(level_share: float, usage: float, siblings_usage: float) -> float:
+    """Slurm's LevelFS, S/U among siblings: above 1 under its share, below 1 over it. Infinite
+    for nothing used (Slurm prints "inf"): it would come first among its siblings."""
+    if usage <= 0 or siblings_usage <= 0:
+        return math.inf
+    return level_share / (usage / siblings_usage)
+
+
 def decayed(value: float, valued_at: float, now: float, half_life: float) -> float:
     """`value` as of `valued_at`, decayed to `now` (seconds; half_life in seconds)."""
     if half_life <= 0:

@@ -31,8 +31,10 @@ def test_the_listing_is_sshares_rows(staff_client, tree):
     assert alice["norm_shares"] == pytest.approx(0.375)
     assert alice["effective_usage"] == pytest.approx(0.75, rel=1e-4)
     assert alice["fair_share"] == pytest.approx(0.25, rel=1e-4)
-    assert set(alice) == {"account", "user", "depth", "raw_shares", "norm_shares", "raw_usage",
-                          "effective_usage", "fair_share"}
+    assert set(alice) == {"account", "user", "depth", "raw_shares", "norm_shares", "raw_usage", "norm_usage",
+                          "effective_usage", "fair_share", "level_fs"}
+    assert alice["level_fs"] == pytest.approx(0.5 / 1.0, rel=1e-4)  # half of lab's shares, all of lab's usage
+    assert rows[2]["level_fs"] is None  # bob used nothing: infinitely under his share
 
 
 def test_the_listing_and_the_command_give_the_same_rows(staff_client, tree, capsys):

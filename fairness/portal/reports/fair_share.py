@@ -4,6 +4,7 @@ a researcher's own page. Usage is read live from Redis (accounting/fair_share_us
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,15 @@ class Row:
     depth: int  # 0 at the top of the tree; a member sits one below their account
     raw_shares: int
     norm_shares: float  # S: the share of the whole card
-    raw_usage: float  # decayed weighted tokens (for an account: its whole subtree's)
+    # Decayed weighted tokens (for an account: its whole subtree's): all usage so far, each request's
+    # halved every half-life, a running one's counted at its estimate until it ends (what admission ranks by).
+    raw_usage: float
+    norm_usage: float  # raw_usage over everyone's (Slurm's NormUsage; here the same figure as U)
     effective_usage: float  # U: the share of everyone's decayed usage
     fair_share: float  # F = 2^(-U/S)
+    # Slurm's LevelFS: its shares over its siblings' / its usage over its siblings'; None for
+    # infinite (nothing used), which JSON cannot carry.
+    level_fs: float | None
 
     @property
     def usage_over_share(self) -> float | None:
@@ -45,7 +52,8 @@ def current_usage() -> LiveUsage:
 def rows(usage: LiveUsage | None = None) -> list[Row]:
     """Every account, depth first by name, each followed by its members."""
     usage = usage if usage is not None else current_usage()
-    shares = fair_share.normalised_shares(tree_nodes())
+    nodes = tree_nodes()
+    shares, level_shares = fair_share.normalised_shares(nodes), fair_share.level_shares(nodes)
     accounts = list(Account.objects.all())
     members = list(Membership.objects.select_related("user").order_by("user__username"))
     children: dict[int | None, list[Account]] = {}
@@ -64,25 +72,54 @@ def rows(usage: LiveUsage | None = None) -> list[Row]:
             subtree_usage(child) for child in children.get(account.pk, [])
         )
 
-    def row(account: str, user: str, depth: int, raw: int, norm: float, usage_of: float) -> Row:
-        return Row(account, user, depth, raw, norm, usage_of, usage_of / total if total > 0 else 0.0,
-                   fair_share.factor(usage_of, total, norm))
+    def row(account: str, user: str, depth: int, raw: int, node: str, usage_of: float, siblings: float) -> Row:
+        norm, part = shares.get(node, 0.0), usage_of / total if total > 0 else 0.0
+        level = fair_share.level_fs(level_shares.get(node, 0.0), usage_of, siblings)
+        return Row(account, user, depth, raw, norm, usage_of, part, part, fair_share.factor(usage_of, total, norm),
+                   None if math.isinf(level) else level)
 
     out: list[Row] = []
 
-    def walk(parent: int | None, depth: int, seen: frozenset[int]) -> None:
+    def walk(parent: int | None, depth: int, seen: frozenset[int], siblings: float) -> None:
+        """`siblings`: the usage of everything at this level, the parent's subtree's (LevelFS's U)."""
         for account in sorted(children.get(parent, []), key=lambda a: a.name):
             if account.pk in seen:  # a cycle written around the forms: show it once
                 continue
-            out.append(row(account.name, "", depth, account.shares, shares.get(f"a{account.pk}", 0.0),
-                           subtree_usage(account)))
+            below = subtree_usage(account)
+            out.append(row(account.name, "", depth, account.shares, f"a{account.pk}", below, siblings))
             for m in members_of.get(account.pk, []):
-                out.append(row(account.name, m.user.get_username(), depth + 1, m.shares,
-                               shares.get(f"m{m.pk}", 0.0), used(m)))
-            walk(account.pk, depth + 1, seen | {account.pk})
+                out.append(row(account.name, m.user.get_username(), depth + 1, m.shares, f"m{m.pk}", used(m), below))
+            walk(account.pk, depth + 1, seen | {account.pk}, below)
 
-    walk(None, 0, frozenset())
+    walk(None, 0, frozenset(), sum(subtree_usage(a) for a in children.get(None, [])))
     return out
+
+
+def narrowed(table: list[Row], users: set[str] | None = None, accounts: set[str] | None = None) -> list[Row]:
+    """sshare's -u and -A: the rows of `accounts` and everything under them; of those, with
+    `users`, only those users' rows and the accounts above them (for the tree to read)."""
+    keep = [False] * len(table)
+    path: list[int] = []  # the account rows above the current one, one per depth
+
+    def in_scope(above: list[int]) -> list[int]:
+        """The part of a path from the first named account down (all of it with no -A)."""
+        if accounts is None:
+            return above
+        named = [n for n, index in enumerate(above) if table[index].account in accounts]
+        return above[named[0]:] if named else []
+
+    for index, row in enumerate(table):
+        if not row.user:
+            path = [*path[:row.depth], index]
+            if users is None and in_scope(path):
+                keep[index] = True
+            continue
+        above = in_scope(path[:row.depth])
+        if above and (users is None or row.user in users):
+            keep[index] = True
+            for account_index in above:
+                keep[account_index] = True
+    return [row for row, kept in zip(table, keep, strict=True) if kept]
 
 
 @dataclass(frozen=True)

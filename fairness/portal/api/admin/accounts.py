@@ -41,8 +41,12 @@ class ShareRow(Schema):
     raw_shares: int
     norm_shares: float
     raw_usage: float
+    norm_usage: float = Field(description="raw_usage over everyone's (Slurm's NormUsage; here equal to U).")
     effective_usage: float
     fair_share: float
+    level_fs: float | None = Field(description="Slurm's LevelFS: its shares over its siblings' divided by its "
+                                   "usage over its siblings' (above 1: under its share); null for infinite "
+                                   "(nothing used).")
 
 
 class AccountIn(Input):
