@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 model_name_validator = RegexValidator(r"^[^|\s]+$", "A model name has no spaces or '|'.")
@@ -616,6 +617,32 @@ class UsageHourly(models.Model):
         super().save(*args, **kwargs)
 
 
+class AuditEntryQuerySet(models.QuerySet["AuditEntry"]):
+    def matching(self, *, actor: str = "", action: str = "", target: str = "", text: str = "") -> AuditEntryQuerySet:
+        """The entries the audit page's filters pick: one actor and one action exactly (they are
+        chosen from the log's own values), a target containing `target`, and `text` found in
+        the actor, action, target or detail (the detail as its stored JSON text). Empty: any."""
+        entries = self
+        if actor:
+            entries = entries.filter(actor_name=actor)
+        if action:
+            entries = entries.filter(action=action)
+        if target:
+            entries = entries.filter(target__icontains=target)
+        if text:
+            entries = entries.annotate(detail_text=Cast("detail", models.TextField())).filter(
+                models.Q(actor_name__icontains=text) | models.Q(action__icontains=text)
+                | models.Q(target__icontains=text) | models.Q(detail_text__icontains=text)
+            )
+        return entries
+
+    def actor_names(self) -> list[str]:
+        return list(self.order_by("actor_name").values_list("actor_name", flat=True).distinct())
+
+    def actions(self) -> list[str]:
+        return list(self.order_by("action").values_list("action", flat=True).distinct())
+
+
 class AuditEntry(models.Model):
     """Who changed what, when, from where. The app only ever appends."""
 
@@ -626,6 +653,8 @@ class AuditEntry(models.Model):
     target = models.CharField(max_length=200)
     detail = models.JSONField(default=dict)
     ip = models.GenericIPAddressField(null=True)
+
+    objects = AuditEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-at"]

@@ -71,6 +71,37 @@ def holder_of(kind: str, name: str, account: str = "") -> Holder:
     raise ValidationError({"holder": f"A holder is one of {', '.join(HOLDER_KINDS)}."})
 
 
+def holder_choices() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every holder a budget may be set on now, grouped for a select: accounts, users in each of
+    their accounts, live keys. Each value names its holder as holder_of_choice reads it back:
+    "account:nlp", "user:nlp:alice" (account names hold no ":"), "key:gp-AbCd1234"."""
+    now = timezone.now()
+    members = Membership.objects.filter(user__is_active=True).select_related("user", "account")
+    keys = ApiKey.objects.filter(revoked_at=None).exclude(expires_at__lte=now).select_related("owner")
+    return [
+        ("Accounts (each counts its whole subtree)",
+         [(f"account:{name}", name) for name in Account.objects.order_by("name").values_list("name", flat=True)]),
+        ("Users in an account", [
+            (f"user:{m.account.name}:{m.user.get_username()}",
+             f"{m.user.get_username()} in {m.account.name}{' (their default)' if m.is_default else ''}")
+            for m in members.order_by("user__username", "account__name")
+        ]),
+        ("Keys", [
+            (f"key:{k.prefix}", f"{k.prefix}… of {k.owner.get_username()}{f', {k.label}' if k.label else ''}")
+            for k in keys.order_by("owner__username", "prefix")
+        ]),
+    ]
+
+
+def holder_of_choice(value: str) -> Holder:
+    """The holder a holder_choices value names (holder_of's checks and errors)."""
+    kind, _, name = value.partition(":")
+    if kind == "user":
+        account, _, username = name.partition(":")
+        return holder_of(kind, username, account) if account and username else holder_of(kind, "")
+    return holder_of(kind, name)
+
+
 def end_of_day(day: dt.date) -> dt.datetime:
     """A raise "until 21 Dec" lasts through that day: it ends at the midnight after it."""
     zone = zoneinfo.ZoneInfo(settings.TIME_ZONE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
@@ -15,8 +16,9 @@ from django.utils import timezone
 from fairness.actions.self_service import memberships
 from fairness.gateway.replica_rows import conflict_if_saved
 from fairness.models import Account, ApiKey, Membership, Replica, Tier, check_allowed_models
-from fairness.portal import submit_once
+from fairness.portal import replica_probe, submit_once
 from fairness.portal.front_end_forms import FrontEndFields
+from fairness.portal.replica_probe import EngineFacts
 
 if TYPE_CHECKING:
     from django.contrib.auth import models as auth_models
@@ -381,12 +383,20 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
 class ReplicaPageForm(ReplicaForm):
     """The staff pages' add and edit: on an edit the name stays (telemetry, samples and the
     audit log know the replica by it), and an empty engine key keeps the one it has unless
-    "remove" is ticked (the key is never rendered back)."""
+    "remove" is ticked (the key is never rendered back). A new replica, or a change the engine
+    would answer differently, asks the engine first (replica_probe): an empty model becomes the
+    one it serves, and more sequences at once than its KV cache could ever run are refused."""
 
     remove_api_key = forms.BooleanField(label="Remove the engine key", required=False)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, look: Callable[[Replica], EngineFacts] = replica_probe.look,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._look = look
+        self.engine: EngineFacts | None = None  # what the engine said, when this form asked it
+        self.fields["model"].required = False
+        self.fields["model"].help_text = ("The served model name clients ask for. Leave it empty to take the one "
+                                          "the engine serves.")
         if self.instance.pk is None:
             del self.fields["remove_api_key"]
         else:
@@ -400,6 +410,33 @@ class ReplicaPageForm(ReplicaForm):
             return typed
         kept: str = self.instance.api_key
         return kept
+
+    def clean(self) -> dict[str, Any]:
+        self._ask_engine()  # first: ReplicaForm.clean's deployment check needs the model
+        return super().clean()
+
+    def changes(self) -> dict[str, Any]:
+        # A model filled in from the engine was not typed, so Django does not count it as changed.
+        model = self.cleaned_data["model"]
+        return {**super().changes(), **({"model": model} if model != self.initial.get("model") else {})}
+
+    def _ask_engine(self) -> None:
+        data = self.cleaned_data
+        asked = ("base_url", "model", "api_key", "max_num_seqs")
+        if any(name in self.errors for name in (*asked, "engine_kind")):
+            return
+        if self.instance.pk is not None and data["model"] and all(data[n] == self.initial.get(n) for n in asked):
+            return  # nothing the engine would answer differently
+        candidate = Replica(name=data.get("name") or self.instance.name, base_url=data["base_url"],
+                            model=data["model"], api_key=data["api_key"], engine_kind=data["engine_kind"])
+        self.engine = facts = self._look(candidate)
+        if not data["model"]:
+            data["model"], why = replica_probe.model_to_fill(facts)
+            if why:
+                self.add_error("model", why)
+        refused = replica_probe.sequences_refused(facts, data["max_num_seqs"])
+        if refused:
+            self.add_error("max_num_seqs", refused)
 
 
 # -- the fair-share tree (staff_account_pages.py); the actions in accounts.py validate again ----

@@ -8,6 +8,7 @@ from fairness.portal.pages.me import password as account_pages
 from fairness.portal.pages.me import queue as my_queue_pages
 from fairness.portal.pages.staff import accounts as staff_account_pages
 from fairness.portal.pages.staff import alerts as staff_alerts
+from fairness.portal.pages.staff import audit as staff_audit
 from fairness.portal.pages.staff import budgets as staff_budget_pages
 from fairness.portal.pages.staff import home as staff_home
 from fairness.portal.pages.staff import keys as staff_keys
@@ -85,7 +86,8 @@ urlpatterns = [
     path("staff/alerts/<int:alert_id>/acknowledge/", staff_alerts.acknowledge_alert, name="staff-alert-acknowledge"),
     path("staff/sign-in/", staff_signin_pages.sign_in, name="staff-sign-in"),
     path("staff/sign-in/<int:mapping_id>/remove/", staff_signin_pages.remove_mapping, name="staff-sign-in-remove"),
-    path("staff/audit/", staff_alerts.audit, name="staff-audit"),
+    path("staff/audit/", staff_audit.audit, name="staff-audit"),
+    path("staff/audit.csv", staff_audit.audit_csv, name="staff-audit-csv"),
     path("staff/usage/", staff_usage_pages.usage, name="staff-usage"),
     path("staff/usage.csv", staff_usage_pages.usage_csv, name="staff-usage-csv"),
     path("staff/usage.json", staff_usage_pages.usage_json, name="staff-usage-json"),

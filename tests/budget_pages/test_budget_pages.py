@@ -7,10 +7,13 @@ import datetime as dt
 import re
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from fairness.actions import budgets
-from fairness.models import AuditEntry, Budget
+from fairness.actions.keys import revoke
+from fairness.models import ApiKey, AuditEntry, Budget
 from tests.support.audit import SETUP
 from tests.support.budgets import use
 from tests.support.cast import STAFF_IP
@@ -57,7 +60,7 @@ def test_a_raise_shows_its_date_and_the_standing_budget_it_replaces(staff_client
 def test_staff_set_a_budget_through_the_form_audited(staff_client, tree):
     day = (timezone.localdate() + dt.timedelta(days=10)).isoformat()
     response = staff_client.post("/staff/budgets/set/", {
-        "holder_kind": "user", "holder": "bob", "in_account": "", "tokens": "5000", "period": "month",
+        "holder": "user:lab:bob", "tokens": "5000", "period": "month",
         "until": day,
     })
     assert response.status_code == 302 and response["Location"] == "/staff/budgets/"
@@ -70,18 +73,63 @@ def test_staff_set_a_budget_through_the_form_audited(staff_client, tree):
 
 
 @pytest.mark.parametrize(("form", "words"), [
-    ({"holder_kind": "account", "holder": "nowhere", "tokens": "5", "period": "day"}, "No account named"),
-    ({"holder_kind": "user", "holder": "alice", "in_account": "lab", "tokens": "5", "period": "day"},
-     "alice is not a member of"),
-    ({"holder_kind": "account", "holder": "lab", "tokens": "5", "period": "rolling"}, "needs the window"),
-    ({"holder_kind": "account", "holder": "lab", "tokens": "0", "period": "day"}, "greater than or equal to 1"),
-    ({"holder_kind": "account", "holder": "lab", "tokens": "5", "period": "day", "until": "2001-01-01"},
+    ({"holder": "account:nowhere", "tokens": "5", "period": "day"}, "Select a valid choice"),
+    ({"holder": "user:lab:alice", "tokens": "5", "period": "day"}, "Select a valid choice"),  # she is in nlp
+    ({"holder": "lab", "tokens": "5", "period": "day"}, "Select a valid choice"),  # a name typed, not chosen
+    ({"tokens": "5", "period": "day"}, "This field is required"),
+    ({"holder": "account:lab", "tokens": "5", "period": "rolling"}, "needs the window"),
+    ({"holder": "account:lab", "tokens": "0", "period": "day"}, "greater than or equal to 1"),
+    ({"holder": "account:lab", "tokens": "5", "period": "day", "until": "2001-01-01"},
      "A raise ends in the future"),
 ])
 def test_mistakes_show_on_the_form_and_change_nothing(staff_client, tree, form, words):
     response = staff_client.post("/staff/budgets/set/", form)
     assert response.status_code == 200 and words in response.content.decode()
     assert not Budget.objects.exists()
+
+
+def test_the_holder_is_chosen_from_the_accounts_users_and_live_keys(staff_client, tree, cast):
+    carol_key = ApiKey.objects.get(pk=cast["carol"].key_id)
+    revoke(SETUP, carol_key)
+    get_user_model().objects.filter(username="bob").update(is_active=False)
+    alice_key = ApiKey.objects.get(pk=cast["alice"].key_id)
+    html = staff_client.get("/staff/budgets/").content.decode()
+    select = re.search(r'<select name="holder"[^>]*id="budget-holder"[^>]*>(.*?)</select>', html, re.S).group(1)
+    groups = re.findall(r'<optgroup label="([^"]+)">', select)
+    assert groups == ["Accounts (each counts its whole subtree)", "Users in an account", "Keys"]
+    values = re.findall(r'<option value="([^"]*)"', select)
+    assert values[0] == ""
+    assert {"account:lab", "account:nlp", "user:nlp:alice", f"key:{alice_key.prefix}"} <= set(values)
+    assert '<option value="user:nlp:alice">alice in nlp (their default)</option>' in select
+    assert "user:lab:bob" not in values  # deactivated: his budgets would count nothing
+    assert f"key:{carol_key.prefix}" not in values  # revoked
+    # A holder that stopped being one after the page was drawn is refused on the form too.
+    response = staff_client.post("/staff/budgets/set/", {"holder": f"key:{carol_key.prefix}", "tokens": "5",
+                                                         "period": "day"})
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert not Budget.objects.exists()
+
+
+def test_a_chosen_holder_is_found_again_by_the_same_rules_as_typed_names(tree, cast):
+    key = ApiKey.objects.get(pk=cast["alice"].key_id)
+    assert budgets.holder_of_choice("account:nlp") == {"account": tree.nlp}
+    assert budgets.holder_of_choice("user:nlp:alice") == {"membership": tree.alice}
+    assert budgets.holder_of_choice(f"key:{key.prefix}") == {"key": key}
+    every = [value for _, group in budgets.holder_choices() for value, _ in group]
+    assert all(budgets.holder_of_choice(value) for value in every)
+    for wrong, field in (("user:lab:alice", "account"), ("user:nlp:", "holder"), ("account:", "holder"),
+                         ("team:lab", "holder"), ("key:gp-nothing", "holder")):
+        with pytest.raises(ValidationError) as refused:
+            budgets.holder_of_choice(wrong)
+        assert field in refused.value.message_dict, wrong
+
+
+def test_the_form_labels_have_no_colon_and_the_date_is_a_date_input(staff_client, tree):
+    html = staff_client.get("/staff/budgets/").content.decode()
+    form = html[html.index('id="set-budget-heading"'):]
+    labels = re.findall(r'<label for="budget-[^"]+">([^<]*)</label>', form)
+    assert labels == ["Holder", "Tokens", "Period", "Window (hours)", "Raise until"]
+    assert re.search(r'<input type="date" name="until"[^>]*id="budget-until"', form)
 
 
 def test_staff_remove_a_budget_audited(staff_client, tree):
@@ -94,7 +142,7 @@ def test_staff_remove_a_budget_audited(staff_client, tree):
 def test_a_researcher_may_not_see_or_change_budgets(researcher_client, tree):
     budget = budgets.set_budget(SETUP, account=tree.lab, tokens=10, period="week")
     assert researcher_client.get("/staff/budgets/").status_code == 403
-    assert researcher_client.post("/staff/budgets/set/", {"holder_kind": "user", "holder": "alice",
+    assert researcher_client.post("/staff/budgets/set/", {"holder": "user:nlp:alice",
                                                           "tokens": "99999", "period": "day"}).status_code == 403
     assert researcher_client.post(f"/staff/budgets/{budget.pk}/remove/").status_code == 403
     assert list(Budget.objects.values_list("tokens", flat=True)) == [10]

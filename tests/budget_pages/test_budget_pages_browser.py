@@ -11,7 +11,7 @@ from django.utils import timezone
 from fairness.actions import budgets
 from tests.support.audit import SETUP
 from tests.support.browser import sign_in
-from tests.support.browser_checks import check_page
+from tests.support.browser_checks import check_current_page, check_page
 from tests.support.budgets import use
 from tests.support.cast import ALICE_PASSWORD, STAFF_PASSWORD
 
@@ -22,6 +22,13 @@ USED_FILL = """(id) => {
   const bar = document.querySelector('#budget-' + id + ' .bar');
   return [...bar.querySelectorAll('.fill')].reduce((sum, f) => sum + f.getBoundingClientRect().width, 0)
     / bar.clientWidth;
+}"""
+
+# How an input is drawn: its box and border, which the stylesheet sets for the form's inputs.
+INPUT_LOOK = """(selector) => {
+  const style = getComputedStyle(document.querySelector(selector));
+  return [style.width, style.borderTopWidth, style.borderTopColor, style.borderRadius, style.paddingLeft,
+          style.fontSize];
 }"""
 
 
@@ -42,14 +49,26 @@ def test_the_staff_budgets_page_draws_bars_and_sets_a_budget(chromium, gateway, 
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(gateway.url + "/staff/budgets/")
         assert page.evaluate(USED_FILL, budget.pk) == pytest.approx(0.75, abs=0.02)
-        page.select_option("#budget-holder_kind", "user")
-        page.fill("#budget-holder", "bob")
+        # The date input is drawn as the form's other inputs are, not as the browser's bare default.
+        assert page.evaluate(INPUT_LOOK, "#budget-until") == page.evaluate(INPUT_LOOK, "#budget-tokens")
+        page.select_option("#budget-holder", label="bob in lab (their default)")
         page.fill("#budget-tokens", "4000")
         page.select_option("#budget-period", "week")
         page.get_by_role("button", name="Set budget").click()
         page.wait_for_url(gateway.url + "/staff/budgets/")
         assert "Budget of bob in lab: 4,000 tokens per week." in page.locator(".messages").inner_text()
         assert page.locator("li.budget", has_text="bob in lab").count() == 1
+        check_current_page(page, "the budgets page saying what was set")
+
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.select_option("#budget-holder", "account:nlp")
+        page.fill("#budget-tokens", "10")
+        page.select_option("#budget-period", "rolling")
+        page.get_by_role("button", name="Set budget").click()
+        page.wait_for_url(gateway.url + "/staff/budgets/set/")
+        assert "needs the window" in page.locator("#budget-window_hours").locator("xpath=..").inner_text()
+        assert page.locator("#budget-holder").input_value() == "account:nlp"  # the choice is kept
+        check_current_page(page, "the budget form refusing a rolling budget without its window")
         assert errors == []
 
 

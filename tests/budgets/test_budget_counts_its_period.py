@@ -52,7 +52,7 @@ def test_a_budget_set_partway_through_its_day_counts_the_work_already_done(gatew
     done = weighted(flushed(answers))
     key = ApiKey.objects.get(pk=alice.key_id)
     # Through the staff page: a day's budget a little below what alice has already used today.
-    set_page = staff_client.post("/staff/budgets/set/", {"holder_kind": "key", "holder": key.prefix,
+    set_page = staff_client.post("/staff/budgets/set/", {"holder": f"key:{key.prefix}",
                                                          "tokens": int(done) - 1, "period": "day"})
     assert set_page.status_code == 302
     budget = Budget.objects.get(key=key)

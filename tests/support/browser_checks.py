@@ -82,3 +82,13 @@ def check_page(page: Any, url: str, widths: tuple[int, ...] = WIDTHS) -> None:
         assert sideways_overflow(page) <= 0, f"{url} scrolls sideways at {width} px"
         violations = accessibility_violations(page)
         assert not violations, f"{url} at {width} px: {violations}"
+
+
+def check_current_page(page: Any, what: str, widths: tuple[int, ...] = WIDTHS) -> None:
+    """check_page for the page as it stands, not reloaded: one a form led to, whose errors or
+    messages a reload would lose (or which would send the form again)."""
+    for width in widths:
+        page.set_viewport_size({"width": width, "height": 900})
+        assert sideways_overflow(page) <= 0, f"{what} scrolls sideways at {width} px"
+        violations = accessibility_violations(page)
+        assert not violations, f"{what} at {width} px: {violations}"

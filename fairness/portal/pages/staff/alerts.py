@@ -1,24 +1,21 @@
-"""Staff pages for what happened: the alerts (and acknowledging one) and the audit log."""
+"""The staff alerts page, and acknowledging an alert. (The audit log has a module of its own.)"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST, require_safe
 
 from fairness.actions.alerts import acknowledge
-from fairness.models import AuditEntry, SaturationAlert
+from fairness.models import SaturationAlert
 from fairness.portal.pages.common import page_actor, staff_only, staff_required
 from fairness.portal.signed_in import SignedInRequest
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-AUDIT_PAGE_SIZE = 100
 
 
 def _get_alert_for_user(user: User, alert_id: int) -> SaturationAlert:
@@ -44,10 +41,3 @@ def acknowledge_alert(request: SignedInRequest, alert_id: int) -> HttpResponse:
     acknowledge(page_actor(request), alert)
     messages.success(request, f"Acknowledged: {alert}.")
     return redirect("staff-alerts")
-
-
-@staff_required
-@require_safe
-def audit(request: SignedInRequest) -> HttpResponse:
-    page = Paginator(AuditEntry.objects.all(), AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "staff/audit.html", {"page": page})

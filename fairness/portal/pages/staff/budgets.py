@@ -5,7 +5,7 @@ fairness.actions.budgets, which audits it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import messages
@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from fairness.actions import budgets
 from fairness.models import Budget
+from fairness.portal.forms import NoColon
 from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.budgets import all_lines, until_words
 from fairness.portal.signed_in import SignedInRequest
@@ -24,15 +25,9 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-class BudgetForm(forms.Form):
-    holder_kind = forms.ChoiceField(label="Holder", choices=[
-        ("account", "An account (counts its whole subtree)"), ("user", "A user in an account"),
-        ("key", "A key"),
-    ])
-    holder = forms.CharField(label="Name", max_length=150, help_text="The account's name, the user's name or "
-                             "the key's prefix (gp-…).")
-    in_account = forms.CharField(label="In account", max_length=100, required=False,
-                                 help_text="For a user: the account (empty: their default account).")
+class BudgetForm(NoColon, forms.Form):
+    # Chosen, not typed: only a holder that exists can be sent (holder_of_choice checks it again).
+    holder = forms.ChoiceField(help_text="An account, a user in one of their accounts, or a live key.")
     tokens = forms.IntegerField(label="Tokens", min_value=1, max_value=10**15,
                                 help_text="Weighted tokens per period.")
     period = forms.ChoiceField(choices=Budget.Period.choices, initial=Budget.Period.MONTH)
@@ -41,6 +36,11 @@ class BudgetForm(forms.Form):
     until = forms.DateField(label="Raise until", required=False, widget=forms.DateInput(attrs={"type": "date"}),
                             help_text="Empty for a standing budget; a date for a raise through that day, "
                                       "replacing the standing budget of the period until then.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        holder = cast(forms.ChoiceField, self.fields["holder"])  # as declared above
+        holder.choices = [("", "Choose a holder"), *budgets.holder_choices()]
 
 
 def _get_budget_for_user(user: User, budget_id: int) -> Budget:
@@ -52,7 +52,7 @@ def _get_budget_for_user(user: User, budget_id: int) -> Budget:
 
 
 def _refused(form: BudgetForm, error: ValidationError) -> None:
-    fields = {"holder": "holder", "account": "in_account", "tokens": "tokens", "period": "period",
+    fields = {"holder": "holder", "account": "holder", "tokens": "tokens", "period": "period",
               "window_hours": "window_hours", "until": "until"}
     for field, errors in (error.message_dict.items() if hasattr(error, "error_dict") else [(None, error.messages)]):
         form.add_error(fields.get(field or ""), errors)
@@ -76,7 +76,7 @@ def set_budget(request: SignedInRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            holder = budgets.holder_of(data["holder_kind"], data["holder"], data["in_account"])
+            holder = budgets.holder_of_choice(data["holder"])
             until = budgets.end_of_day(data["until"]) if data["until"] else None
             budget = budgets.set_budget(page_actor(request), **holder, tokens=data["tokens"], period=data["period"],
                                         window_hours=data["window_hours"], until=until)

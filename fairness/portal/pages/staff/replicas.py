@@ -1,4 +1,4 @@
-"""Staff pages for replicas: the list, add (with a probe), edit, delete, and the state buttons
+"""Staff pages for replicas: the list, add and edit (with a probe), delete, and the state buttons
 (enable, drain, stop draining, disable after a confirmation). Every change goes through
 fairness.actions, which writes the audit log."""
 
@@ -62,12 +62,17 @@ def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpR
         form.add_error(None, exc)
         return None
     messages.success(request, f"{'Added' if creating else 'Saved'} replica {replica}.")
+    if form.engine is None:  # nothing the engine would answer differently: it was not asked
+        return redirect("staff-replicas")
     if creating or any(before[name] != getattr(replica, name) for name in PROBED_FIELDS):
-        warning = replica_probe.warning(replica)
+        warning = replica_probe.model_warning(replica, form.engine)
         if warning:
             messages.warning(request, f"{warning} The gateway routes to it anyway; check the address and model.")
         else:
             messages.info(request, f"{replica} answered and serves {replica.model}.")
+    crowded = replica_probe.cache_warning(replica, form.engine)
+    if crowded:
+        messages.warning(request, crowded)
     return redirect("staff-replicas")
 
 
