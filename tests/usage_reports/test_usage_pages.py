@@ -202,3 +202,13 @@ def test_the_admin_api_gives_the_same_report_to_an_admin_token_only(staff, usage
     alice = Client()
     alice.force_login(get_user_model().objects.get(username="alice"))
     assert alice.get("/api/admin/usage", RANGE).status_code == 401
+
+
+def test_a_cell_holding_a_bare_carriage_return_stays_one_cell(staff_client, usage):
+    from fairness.models import UsageRecord
+
+    UsageRecord.objects.update(model="de\rmo")  # a model name as a client could have sent it
+    text = staff_client.get("/staff/usage.csv", {**RANGE, "by": "model"}).content.decode()
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert len({len(row) for row in rows}) == 1  # every row as wide as the header
+    assert ["de\rmo"] == [row[0] for row in rows[1:]]

@@ -303,7 +303,7 @@ def _cell(value: object) -> object:
 def as_csv(report: Report) -> str:
     """The report's rows (not the total) with a header line; empty cells where there is no figure."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out)  # RFC 4180 line ends: with "\n" a cell holding a bare CR went unquoted
     writer.writerow([*report.by, *FIGURES, *(["depth"] if report.tree else [])])
     for row in report.rows:
         writer.writerow([_cell(value) for value in (*row.group, *(getattr(row, name) for name in FIGURES),
