@@ -19,6 +19,8 @@ from fairness.batch import retention
 from fairness.batch.runner import BatchRunner
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.models import Batch
+from fairness.store import heartbeats
+from fairness.store.redis_clients import redis_sync
 
 if TYPE_CHECKING:
     # Celery ships no types: its decorator as the checker is to see it (the tasks stay Any to it).
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="fairness.run_batches")
 def run_batches() -> int:
+    heartbeats.record(redis_sync(), heartbeats.BATCHES)  # a batch worker is consuming its queue
     close_old_connections()
     if not Batch.objects.unfinished().exists():
         return 0  # the common case: no runtime to build

@@ -135,6 +135,12 @@ CAPACITY_ESTIMATES = PREFIX + ":capacity:estimates"
 # string: when capacity was last refitted (epoch seconds)
 CAPACITY_REFITTED_AT = PREFIX + ":capacity:refitted-at"
 
+# -- the workers' heartbeats (store/heartbeats.py writes, telemetry/worker_health.py reads) -------
+# hash worker -> when it last started a task (epoch seconds): "periodic" by the poll task beat
+# starts every GP_POLL_SECONDS, "batches" by the batch runner's task on the batches queue; each
+# field replaced at every run, never expires: a stale value is what the staff home reports
+WORKER_HEARTBEATS = PREFIX + ":workers:heartbeats"
+
 
 def telemetry_snapshot(replica_name: str) -> str:
     """String: a replica's last parsed scrape as JSON, the base of the next poll's rates."""

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fairness.accounting import fair_share_usage, key_expiry, usage, usage_rollup
 from fairness.gateway import engine_client
-from fairness.store import keyspace
+from fairness.store import heartbeats, keyspace
 from fairness.store.redis_clients import redis_async, redis_sync
 from fairness.telemetry import alerts, budget_status, capacity_store, polling
 
@@ -53,6 +53,8 @@ async def poll_and_publish(refit_every: float = 15.0) -> int:
 
 @shared_task(name="fairness.poll_engines", expires=10)
 def poll_engines() -> int:
+    # The most frequent periodic task: its heartbeat says beat and this worker are running.
+    heartbeats.record(redis_sync(), heartbeats.PERIODIC)
     return asyncio.run(poll_and_publish())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 from django.test import Client
@@ -12,15 +13,35 @@ from fairness.actions.audit import Actor
 from fairness.actions.keys import rotate
 from fairness.models import ApiKey, Replica, SaturationAlert
 from fairness.portal.reports.queries import attention, longest_queue
-from fairness.store import keyspace
+from fairness.store import heartbeats, keyspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_calm_portal_says_nothing_needs_attention(staff_client, cast, redis_url):
+def test_a_calm_portal_says_nothing_needs_attention(staff_client, cast, redis_client):
+    heartbeats.record(redis_client, heartbeats.PERIODIC)  # the worker runs
     html = staff_client.get("/staff/").content.decode()
     assert "Nothing needs attention" in html
     assert "Nobody is waiting." in html
+    assert '<span class="badge warn">problem</span>' not in html
+
+
+def test_a_stopped_worker_is_a_problem_on_the_staff_home_in_plain_words(staff_client, cast, redis_client):
+    heartbeats.record(redis_client, heartbeats.PERIODIC, clock=lambda: time.time() - 600)
+    html = staff_client.get("/staff/").content.decode()
+    assert "Nothing needs attention" not in html
+    assert 'id="home-background">Background work</h2>' in html
+    assert ('<strong>Periodic tasks</strong> <span class="badge warn">problem</span>: '
+            "No periodic task has run for 10 min") in html
+    assert "Start Celery beat and a worker" in html
+    assert '<strong>Usage flush</strong> <span class="badge ok">ok</span>' in html
+
+
+def test_researchers_never_see_the_workers_health(researcher_client, redis_client):
+    heartbeats.record(redis_client, heartbeats.PERIODIC, clock=lambda: time.time() - 600)
+    response = researcher_client.get("/staff/")
+    assert response.status_code == 403 and b"Background work" not in response.content
+    assert b"Background work" not in researcher_client.get("/me/").content
 
 
 def test_it_lists_open_alerts_down_replicas_and_keys_expiring_within_a_week(staff, staff_client, cast,

@@ -211,4 +211,4 @@ def test_a_cell_holding_a_bare_carriage_return_stays_one_cell(staff_client, usag
     text = staff_client.get("/staff/usage.csv", {**RANGE, "by": "model"}).content.decode()
     rows = list(csv.reader(io.StringIO(text, newline="")))
     assert len({len(row) for row in rows}) == 1  # every row as wide as the header
-    assert ["de\rmo"] == [row[0] for row in rows[1:]]
+    assert [row[0] for row in rows[1:]] == ["de\rmo"]
