@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -206,6 +208,11 @@ class Membership(models.Model):
         help_text="Their part of the account's share, relative to the other members'.",
     )
     is_default = models.BooleanField(default=False, help_text="Charged by keys that name no account.")
+    is_manager = models.BooleanField(
+        default=False,
+        help_text="Manages the account and the accounts under it: members, their keys, sub-accounts, "
+                  "shares and budgets, within what staff gave the account (actions/lab_managers.py).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -330,6 +337,80 @@ class FairShareUsage(models.Model):
         return f"{self.membership}: {self.usage:.0f} at {self.as_of:%Y-%m-%d %H:%M}"
 
 
+def _lowest(*figures: int | None) -> int | None:
+    known = [f for f in figures if f is not None]
+    return min(known) if known else None
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """What one key may be narrowed to below its tier, never above: each figure at most the
+    tier's, its models among the tier's. None, or no models: the tier's own. The gateway applies
+    the lower of the key's and the tier's when it loads the key, so a tier lowered later wins."""
+
+    max_concurrent: int | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    allowed_models: tuple[str, ...] = ()
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("max_concurrent", "requests_per_minute", "tokens_per_minute",
+                                         "allowed_models")
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyLimits:
+        return cls(key.max_concurrent, key.requests_per_minute, key.tokens_per_minute,
+                   tuple(key.allowed_models or ()))
+
+    def fields(self) -> dict[str, Any]:
+        """The ApiKey columns, as saved."""
+        return {"max_concurrent": self.max_concurrent, "requests_per_minute": self.requests_per_minute,
+                "tokens_per_minute": self.tokens_per_minute, "allowed_models": list(self.allowed_models)}
+
+    @staticmethod
+    def ceilings(tier: Tier) -> dict[str, int | None]:
+        """The most a key of `tier` may be given of each figure (None: the tier sets no limit).
+        A key's rate is bounded by the tier's per-person and tier-wide rates both: it can
+        never run faster than either."""
+        return {"max_concurrent": tier.per_key_concurrency,
+                "requests_per_minute": _lowest(tier.key_requests_per_minute, tier.requests_per_minute),
+                "tokens_per_minute": _lowest(tier.key_tokens_per_minute, tier.tokens_per_minute)}
+
+    def refusals(self, tier: Tier, only: Iterable[str] = FIELDS) -> dict[str, str]:
+        """Field → why its value is above the tier's; empty when every field in `only` is within."""
+        found: dict[str, str] = {}
+        ceilings = self.ceilings(tier)
+        for field in only:
+            if field == "allowed_models":
+                outside = [m for m in self.allowed_models if tier.allowed_models and m not in tier.allowed_models]
+                if outside:
+                    found[field] = (f"{', '.join(outside)}: not among the {tier.name} tier's models "
+                                    f"({', '.join(tier.allowed_models)}).")
+                continue
+            value, ceiling = getattr(self, field), ceilings[field]
+            if value is not None and value < 1:
+                found[field] = "At least 1; leave it empty for the tier's."
+            elif value is not None and ceiling is not None and value > ceiling:
+                found[field] = f"At most {ceiling:,}, the {tier.name} tier's: a key may be given less, never more."
+        return found
+
+    def narrowed(self, tier: Tier) -> list[str]:
+        """In words, each figure that holds the key below its tier now ("1 at once (tier: 4)")."""
+        ceilings, words = self.ceilings(tier), []
+        units = {"max_concurrent": "at once", "requests_per_minute": "requests a minute",
+                 "tokens_per_minute": "tokens a minute"}
+        for field, unit in units.items():
+            value, ceiling = getattr(self, field), ceilings[field]
+            if value is not None and (ceiling is None or value < ceiling):
+                tier_says = f"{ceiling:,}" if ceiling is not None else "no limit"
+                words.append(f"{value:,} {unit} (tier: {tier_says})")
+        if self.allowed_models and set(self.allowed_models) != set(tier.allowed_models):
+            words.append("models: " + ", ".join(self.allowed_models))
+        return words
+
+
+NO_KEY_LIMITS = KeyLimits()  # the tier's own, all of it
+
+
 class ApiKey(Credential, models.Model):
     """A client credential. Only the SHA-256 of the secret is stored."""
 
@@ -379,10 +460,32 @@ class ApiKey(Credential, models.Model):
         default=True,
         help_text="A person the portal does not know yet is added on first sight, as a member of this key's account.",
     )
+    # Narrower than its tier, never wider (clean() and key_limits.py): empty is the tier's figure.
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Requests this key may run at once; empty for its tier's.",
+    )
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Requests a minute this key may start; empty for its tier's.",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Weighted tokens a minute this key may use; empty for its tier's.",
+    )
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Models this key may use, among its tier's; empty for its tier's.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API key"
+
+    def clean(self) -> None:
+        self.allowed_models = check_allowed_models(self.allowed_models)
+        refusals = KeyLimits.of(self).refusals(self.tier)
+        if refusals:
+            raise ValidationError(refusals)
 
 
 

@@ -6,7 +6,8 @@ mailed once per expiry date (a key whose expiry staff extend is noticed again be
 date). The key is claimed by a conditional UPDATE before its mail goes, so two workers never both
 send it; a mail that fails gives the claim back for the next run. Left out: keys of deactivated
 owners, owners with no address (they are mailed once one is set) and keys in their grace after a
-rotation (their successor is live already). /me/ and the staff home list the same keys.
+rotation (their successor is live already), and the playground's keys, which end with the browser
+session they were made for. /me/ and the staff home list the same keys.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from fairness.models import ApiKey, AuditEntry
 log = logging.getLogger(__name__)
 
 NOTICE_BEFORE = dt.timedelta(days=7)
+# The playground's keys (fairness/actions/playground.py) are issued under this audit action: how
+# every part tells them from the keys a person holds.
+SESSION_KEY_ACTION = "key.playground"
+
+
+def session_key_prefixes() -> QuerySet[AuditEntry, str]:
+    """The prefixes of the keys made for one browser session each, for `prefix__in`."""
+    return AuditEntry.objects.filter(action=SESSION_KEY_ACTION).values_list("target", flat=True)
 
 
 def due(now: dt.datetime) -> QuerySet[ApiKey]:
@@ -33,6 +42,7 @@ def due(now: dt.datetime) -> QuerySet[ApiKey]:
         .exclude(owner__email="")
         .filter(Q(expiry_noticed_at=None) | Q(expiry_noticed_at__lt=F("expires_at") - NOTICE_BEFORE))
         .exclude(prefix__in=rotated)
+        .exclude(prefix__in=session_key_prefixes())
     )
 
 

@@ -11,6 +11,8 @@
   key still in its grace after a rotation.
 - **How long.** No longer than the tier's `max_key_days` (no limit when empty); a rotated key
   keeps its expiry, shortened to that limit.
+- **How much.** A key's own limits and models (KeyLimits) are within its tier's, never above, on
+  a tier with self-service keys; on another, staff set them.
 
 Every change still goes through fairness.actions, which audits it and records the user as
 the key's `created_by`.
@@ -27,9 +29,10 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from fairness.accounting.key_expiry import session_key_prefixes
 from fairness.actions.audit import Actor
-from fairness.actions.keys import issue, revoke, rotate
-from fairness.models import ApiKey, GroupMapping, Membership, Tier
+from fairness.actions.keys import issue, revoke, rotate, set_limits
+from fairness.models import NO_KEY_LIMITS, ApiKey, GroupMapping, KeyLimits, Membership, Tier
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -40,7 +43,10 @@ class Refused(Exception):
 
 
 def live_keys(user: User, now: dt.datetime) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(Q(expires_at=None) | Q(expires_at__gt=now), owner=user, revoked_at=None)
+    """The live keys they hold: not the playground's, which end with a browser session
+    (actions/playground.py), so take no place among the most one may hold nor give a tier."""
+    return (ApiKey.objects.filter(Q(expires_at=None) | Q(expires_at__gt=now), owner=user, revoked_at=None)
+            .exclude(prefix__in=session_key_prefixes()))
 
 
 def memberships(user: User) -> QuerySet[Membership]:
@@ -66,6 +72,17 @@ def max_keys() -> int:
 
 def refusal(user: User, tier: Tier | None, now: dt.datetime) -> str:
     """Why `user` may not make a key now ("" when they may)."""
+    reason = access_refusal(user, tier)
+    if reason:
+        return reason
+    if live_keys(user, now).count() >= max_keys():
+        return (f"You have {max_keys()} live keys, the most anyone may hold: revoke one you no longer "
+                "need to make another.")
+    return ""
+
+
+def access_refusal(user: User, tier: Tier | None) -> str:
+    """Why `user` may have no key of their own at all ("" when they may), however many they hold."""
     if not user.is_active:  # deactivated since this request signed in (the row is read locked)
         return "Your account is no longer active: ask staff if that is a mistake."
     if tier is None:
@@ -73,14 +90,13 @@ def refusal(user: User, tier: Tier | None, now: dt.datetime) -> str:
                 "comes with a tier for keys you make yourself.")
     if not tier.self_service_keys:
         return f"Keys of tier {tier.name} are managed by staff: ask them for a new key."
-    if live_keys(user, now).count() >= max_keys():
-        return (f"You have {max_keys()} live keys, the most anyone may hold: revoke one you no longer "
-                "need to make another.")
     return ""
 
 
 def rotate_refusal(key: ApiKey) -> str:
     """Why its owner may not rotate `key` on their page ("" when they may)."""
+    if session_key_prefixes().filter(target=key.prefix).exists():
+        return f"{key.prefix}… is the playground's key for one browser session: it ends with the session."
     if not key.tier.self_service_keys:
         return f"Keys of tier {key.tier.name} are rotated by staff: ask them for a new secret for {key.prefix}…."
     return ""
@@ -99,8 +115,9 @@ def _locked(user: User) -> User:
 
 @transaction.atomic
 def issue_own(actor: Actor, label: str, days: int | None, membership: Membership | None = None,
-              now: dt.datetime | None = None) -> tuple[ApiKey, str]:
-    """A key for the actor themselves. Raises Refused; `membership` None: their default account."""
+              now: dt.datetime | None = None, limits: KeyLimits = NO_KEY_LIMITS) -> tuple[ApiKey, str]:
+    """A key for the actor themselves. Raises Refused, or ValidationError for limits above the
+    tier's; `membership` None: their default account."""
     assert actor.user is not None, "a researcher's own action has a signed-in user"
     now = now or timezone.now()
     user = _locked(actor.user)
@@ -114,7 +131,27 @@ def issue_own(actor: Actor, label: str, days: int | None, membership: Membership
     if tier.max_key_days and (days is None or days > tier.max_key_days):
         raise Refused(f"Keys of tier {tier.name} live at most {tier.max_key_days} days.")
     expires_at = now + dt.timedelta(days=days) if days else None
-    return issue(actor, user, tier, label, expires_at, membership)
+    return issue(actor, user, tier, label, expires_at, membership, limits=limits)
+
+
+def limits_refusal(key: ApiKey) -> str:
+    """Why its owner may not change `key`'s limits on their page ("" when they may)."""
+    if not key.tier.self_service_keys:
+        return f"The limits of tier {key.tier.name}'s keys are set by staff."
+    if key.revoked_at is not None or key.is_expired():
+        return f"{key.prefix}… no longer works."
+    return ""
+
+
+@transaction.atomic
+def set_own_limits(actor: Actor, key: ApiKey, limits: KeyLimits) -> ApiKey:
+    """One of the actor's own keys narrowed (or let back up to its tier). Raises Refused, or
+    ValidationError by field for a figure above the tier's."""
+    assert actor.user is not None and key.owner_id == actor.user.pk, "the caller checked the key is theirs"
+    reason = limits_refusal(key)
+    if reason:
+        raise Refused(reason)
+    return set_limits(actor, key, limits)
 
 
 @transaction.atomic

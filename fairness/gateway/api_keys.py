@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from fairness.gateway import budget_rules, front_end_secrets
+from fairness.gateway import budget_rules, front_end_secrets, key_limits
 from fairness.gateway.associations import association_of, charged_membership
 from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
 from fairness.gateway.model_access import EVERY_MODEL, ModelAccess, model_access_of
 from fairness.gateway.read_through import ReadThrough
 from fairness.gateway.tier_policy import TierPolicy
-from fairness.models import ApiKey, Membership
+from fairness.models import ApiKey, KeyLimits, Membership
 from fairness.scheduling.limits import RateLimit
 from fairness.scheduling.units import unit_of
 
@@ -42,15 +42,16 @@ class KeyInfo:
     id: int
     prefix: str
     owner_id: int
-    tier: TierPolicy
+    tier: TierPolicy  # the tier's, with the key's own cap at once where that is lower (key_limits.py)
     expires_at: float | None
     revoked: bool
     owner_active: bool  # a deactivated user's keys stop with them
     association: str = ""  # whose share its work counts against ("" for none)
     share: float = 0.0  # that association's normalised share S
     budget_rules: tuple[BudgetRule, ...] = ()
-    rate_limits: tuple[RateLimit, ...] = ()
-    model_access: ModelAccess = EVERY_MODEL  # what its tier and accounts let it use
+    rate_limits: tuple[RateLimit, ...] = ()  # the tier's, for its person, then the key's own
+    own_rate_limits: tuple[RateLimit, ...] = ()  # the key's own alone: whoever a front end names
+    model_access: ModelAccess = EVERY_MODEL  # what its own list, its tier and its accounts let it use
     # Whom its requests count as (caps, queue bounds, rate limits, usage rows): its owner, or for
     # a front end's key, the person a request names (front_end_people.speak_for replaces these).
     person_id: int = 0
@@ -115,7 +116,9 @@ def _key_info(**match: object) -> KeyInfo | None:
         return None
     association, share = association_of(key)
     membership = int(association) if association else None
-    policy = TierPolicy.of(key.tier)
+    limits = KeyLimits.of(key)
+    policy = key_limits.narrowed(TierPolicy.of(key.tier), limits)
+    own_rates = key_limits.own_rate_limits(key.pk, limits, policy)
     return KeyInfo(
         id=key.pk,
         prefix=key.prefix,
@@ -128,7 +131,8 @@ def _key_info(**match: object) -> KeyInfo | None:
         share=share,
         model_access=model_access_of(key),
         budget_rules=budget_rules.rules_for(key, membership),
-        rate_limits=budget_rules.rate_limits(unit_of(key.owner_id, policy.name), policy),
+        rate_limits=budget_rules.rate_limits(unit_of(key.owner_id, policy.name), policy) + own_rates,
+        own_rate_limits=own_rates,
         person_id=key.owner_id,
         membership_id=membership,
         front_end=_front_end_of(key) if key.front_end else None,

@@ -213,7 +213,8 @@ class FrontEndPeople:
             cached.base, cached.key = key, dataclasses.replace(
                 key, person_id=person.person_id, membership_id=person.membership_id, association=person.association,
                 share=person.share, budget_rules=person.budget_rules,
-                rate_limits=budget_rules.rate_limits(unit_of(person.person_id, key.tier.name), key.tier),
+                rate_limits=budget_rules.rate_limits(unit_of(person.person_id, key.tier.name), key.tier)
+                + key.own_rate_limits,
             )
         return cached.key
 

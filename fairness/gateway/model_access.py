@@ -1,5 +1,6 @@
-"""Which models a key may use: what its tier allows, its account allows and every account above
-that allows (an empty list allows every model).
+"""Which models a key may use: what its own list allows (staff's or its owner's narrowing), its
+tier allows, its account allows and every account above that allows (an empty list allows every
+model).
 
 Worked out when a key is loaded into a gateway's cache (a change to a tier or an account bumps
 the config epoch, which empties the caches), so the request path only looks a name up."""
@@ -41,9 +42,11 @@ EVERY_MODEL = ModelAccess()
 
 
 def model_access_of(key: ApiKey) -> ModelAccess:
-    """The key's tier, then its account and the accounts above it (a key whose owner is in no
-    account yet answers to its tier alone)."""
+    """The key's own list, its tier, then its account and the accounts above it (a key whose owner
+    is in no account yet answers to its own list and its tier alone)."""
     limits: list[tuple[str, frozenset[str]]] = []
+    if key.allowed_models:
+        limits.append(("the key's own model list", frozenset(key.allowed_models)))
     if key.tier.allowed_models:
         limits.append((f"the {key.tier.name} tier", frozenset(key.tier.allowed_models)))
     membership = charged_membership(key)

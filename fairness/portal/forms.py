@@ -483,3 +483,8 @@ class MemberForm(NoColon, forms.Form):
         label="Make it their default account", required=False,
         help_text="Their keys that name no account charge this one.",
     )
+    manager = forms.BooleanField(
+        label="Manager of the account", required=False,
+        help_text="They manage its members, their keys, the accounts under it, shares and budgets, within "
+                  "what staff gave the account, from My overview.",
+    )

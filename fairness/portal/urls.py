@@ -4,8 +4,11 @@ from fairness.portal.pages import batches as batch_pages
 from fairness.portal.pages import public as public_pages
 from fairness.portal.pages.me import home as my_pages
 from fairness.portal.pages.me import keys as my_key_pages
+from fairness.portal.pages.me import lab as lab_pages
 from fairness.portal.pages.me import password as account_pages
+from fairness.portal.pages.me import playground as my_playground
 from fairness.portal.pages.me import queue as my_queue_pages
+from fairness.portal.pages.me import standing as my_standing_pages
 from fairness.portal.pages.staff import accounts as staff_account_pages
 from fairness.portal.pages.staff import alerts as staff_alerts
 from fairness.portal.pages.staff import audit as staff_audit
@@ -33,9 +36,15 @@ urlpatterns = [
     path("me/keys/", my_key_pages.keys, name="me-keys"),
     path("me/keys/<str:prefix>/rotate/", my_key_pages.rotate_key, name="me-key-rotate"),
     path("me/keys/<str:prefix>/revoke/", my_key_pages.revoke_key, name="me-key-revoke"),
+    path("me/keys/<str:prefix>/limits/", my_key_pages.limits_key, name="me-key-limits"),
+    path("me/standing/", my_standing_pages.standing, name="me-standing"),
     path("me/usage/", my_pages.usage, name="me-usage"),
+    path("me/lab/", lab_pages.labs, name="me-labs"),
+    path("me/lab/<str:name>/", lab_pages.lab, name="me-lab"),
     path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
     path("me/queue.json", my_queue_pages.my_queue, name="me-queue"),
+    path("me/playground/", my_playground.playground, name="me-playground"),
+    path("me/playground/key", my_playground.playground_key, name="me-playground-key"),
     path("me/batches/", batch_pages.my_batches, name="me-batches"),
     path("me/batches/<str:public_id>/cancel/", batch_pages.my_cancel, name="me-batch-cancel"),
     path("me/files/<str:public_id>/content", batch_pages.my_file_content, name="me-file-content"),
@@ -50,6 +59,7 @@ urlpatterns = [
     path("staff/keys/<str:prefix>/revoke/", staff_keys.revoke_key, name="staff-key-revoke"),
     path("staff/keys/<str:prefix>/rotate/", staff_keys.rotate_key, name="staff-key-rotate"),
     path("staff/keys/<str:prefix>/front-end/", staff_keys.front_end_key, name="staff-key-front-end"),
+    path("staff/keys/<str:prefix>/limits/", staff_keys.limits_key, name="staff-key-limits"),
     path("staff/users/", staff_user_pages.users, name="staff-users"),
     path("staff/users/new/", staff_user_pages.create_user, name="staff-user-create"),
     # `path`, not `str`: a username made before names were checked may hold a "/", and one such

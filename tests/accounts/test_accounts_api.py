@@ -81,10 +81,12 @@ def test_staff_change_shares_and_move_an_account(staff_client, tree):
 def test_staff_add_members_and_switch_their_default(staff_client, tree):
     response = send(staff_client, "post", "/api/admin/accounts/other/members", {"username": "alice", "shares": 2})
     assert response.status_code == 201, response.content
-    assert response.json() == {"account": "other", "username": "alice", "shares": 2, "is_default": False}
+    assert response.json() == {"account": "other", "username": "alice", "shares": 2, "is_default": False,
+                               "is_manager": False}
     response = send(staff_client, "post", "/api/admin/accounts/other/members", {"username": "alice", "default": True})
     assert response.status_code == 200
-    assert response.json() == {"account": "other", "username": "alice", "shares": 2, "is_default": True}
+    assert response.json() == {"account": "other", "username": "alice", "shares": 2, "is_default": True,
+                               "is_manager": False}
     assert not Membership.objects.get(pk=tree.alice.pk).is_default
     entries = AuditEntry.objects.filter(action="account.add_member", actor_name="sam", target="other")
     assert entries.count() == 2

@@ -42,7 +42,7 @@ STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/reactivate/", {}),
     ("/staff/alerts/{alert}/acknowledge/", {}),
 ]
-OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/"]
+OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/", "/me/playground/", "/me/standing/"]
 
 
 @pytest.fixture

@@ -16,12 +16,13 @@ from ninja.errors import AuthenticationError
 from fairness.batch import openapi as batch_openapi
 from fairness.batch.progress import queued_work
 from fairness.gateway import openapi as gateway_openapi
-from fairness.gateway.errors import BEARER_CHALLENGE
+from fairness.gateway.errors import BEARER_CHALLENGE, ApiError
 from fairness.models import EngineSample, Replica, SaturationAlert, Tier
 from fairness.portal.api.admin.accounts import router as admin_accounts_router
 from fairness.portal.api.admin.api import router as admin_router
 from fairness.portal.api.admin.budgets import router as admin_budgets_router
 from fairness.portal.api.admin.usage import router as admin_usage_router
+from fairness.portal.api.me import router as me_router
 from fairness.portal.reports import tier_policy
 from fairness.scheduling.admission import admission_stats
 from fairness.store.redis_clients import redis_async
@@ -55,6 +56,12 @@ def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
     response = api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
     response["WWW-Authenticate"] = BEARER_CHALLENGE
     return response
+
+
+@api.exception_handler(ApiError)
+def _openai_shaped(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    """/api/me/ refuses a key as /v1/ does: the same OpenAI-shaped body, code and challenge."""
+    return exc.response()
 
 
 TTFT_WINDOW = dt.timedelta(hours=1)
@@ -349,3 +356,4 @@ api.add_router("/admin", admin_router)
 api.add_router("/admin", admin_accounts_router)
 api.add_router("/admin", admin_usage_router)
 api.add_router("/admin", admin_budgets_router)
+api.add_router("/me", me_router)

@@ -13,7 +13,8 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
 from ninja import Field, Schema
 
-from fairness.models import ApiKey, AuditEntry, EngineSample, Replica, SaturationAlert, UsageHourly
+from fairness.accounting.key_expiry import session_key_prefixes
+from fairness.models import ApiKey, AuditEntry, EngineSample, KeyLimits, Replica, SaturationAlert, UsageHourly
 from fairness.scheduling import live_counts
 from fairness.scheduling.live_counts import KeyStats
 from fairness.store import keyspace
@@ -63,6 +64,14 @@ class KeyOut(Schema):
                                                  "user headers.")
     front_end_adds_people: bool = Field(True, description="A person the portal does not know yet is added "
                                         "on first sight.")
+    max_concurrent: int | None = Field(None, description="Its own cap on requests at once, below its tier's; "
+                                       "null: the tier's.")
+    requests_per_minute: int | None = Field(None, description="Its own requests a minute, below its tier's; "
+                                            "null: the tier's.")
+    tokens_per_minute: int | None = Field(None, description="Its own weighted tokens a minute, below its "
+                                          "tier's; null: the tier's.")
+    allowed_models: list[str] = Field([], description="The only models it may use, among its tier's; empty: "
+                                      "every model its tier allows.")
 
 
 def key_out(
@@ -77,7 +86,7 @@ def key_out(
         created_by=key.created_by.get_username() if key.created_by else (key.made_by_command or None),
         replaced_by=key.replaced_by.prefix if key.replaced_by else None,
         front_end=key.front_end, front_end_trusts_plain_headers=key.front_end_trusts_plain_headers,
-        front_end_adds_people=key.front_end_adds_people,
+        front_end_adds_people=key.front_end_adds_people, **KeyLimits.of(key).fields(),
     )
 
 
@@ -106,6 +115,7 @@ class KeyRow:
     key: KeyOut
     state: str  # live, ending (a rotated key in its grace period), expired or revoked
     ends_in: str = ""  # for an ending key: "ends in 1 h"
+    narrowed: tuple[str, ...] = ()  # its own limits where they hold it below its tier, in words
 
 
 def rotated_prefixes() -> QuerySet[AuditEntry, str]:
@@ -152,14 +162,15 @@ def key_rows(keys: Iterable[ApiKey], now: dt.datetime, load: Load,
     rows = []
     for key in keys:
         out = key_out(key, load, tokens)
+        narrowed = tuple(KeyLimits.of(key).narrowed(key.tier))
         if key.revoked_at is not None:
-            rows.append(KeyRow(out, "revoked"))
+            rows.append(KeyRow(out, "revoked", narrowed=narrowed))
         elif key.is_expired(now):
-            rows.append(KeyRow(out, "expired"))
+            rows.append(KeyRow(out, "expired", narrowed=narrowed))
         elif key.prefix in rotated and key.expires_at is not None:
-            rows.append(KeyRow(out, "ending", ends_in(key.expires_at, now)))
+            rows.append(KeyRow(out, "ending", ends_in(key.expires_at, now), narrowed))
         else:
-            rows.append(KeyRow(out, "live"))
+            rows.append(KeyRow(out, "live", narrowed=narrowed))
     return rows
 
 
@@ -268,7 +279,7 @@ def longest_queue(stats: live_counts.Stats) -> LongestQueue | None:
 def attention(now: dt.datetime, readings: dict[str, dict[str, Any]], stats: live_counts.Stats) -> Attention:
     expiring = ApiKey.objects.select_related(*KEY_RELATIONS).filter(
         revoked_at=None, expires_at__gt=now, expires_at__lte=now + EXPIRING_WITHIN
-    ).order_by("expires_at")
+    ).exclude(prefix__in=session_key_prefixes()).order_by("expires_at")  # the playground's end with their session
     return Attention(
         open_alerts=list(SaturationAlert.objects.filter(resolved_at=None).select_related("acknowledged_by")),
         replicas_down=replicas_down(readings),

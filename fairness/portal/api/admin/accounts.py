@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
-from fairness.actions import accounts
+from fairness.actions import accounts, lab_managers
 from fairness.models import Account, Membership
 from fairness.portal.api.admin.api import AdminTokenAuth, Input, ModelName, StaffSession, actor, invalid
 from fairness.portal.reports import fair_share as fair_share_report
@@ -80,6 +80,9 @@ class MemberIn(Input):
                                "a member's.")
     default: bool = Field(False, description="Their keys that name no account charge this one from now on "
                                              "(a user's first account is their default anyway).")
+    manager: bool | None = Field(None, description="Whether they manage the account and the accounts under it "
+                                                   "(members, keys, sub-accounts, shares, budgets, within what "
+                                                   "staff gave it); leave out to keep it as it is.")
 
 
 class MemberOut(Schema):
@@ -87,6 +90,7 @@ class MemberOut(Schema):
     username: str
     shares: int
     is_default: bool
+    is_manager: bool
 
 
 def account_out(account: Account) -> AccountOut:
@@ -142,5 +146,8 @@ def add_member(request: AdminApiRequest, name: str, data: MemberIn) -> Status[Me
         raise HttpError(422, f"username: no user named {data.username!r}")
     created = not Membership.objects.filter(account=account, user=user).exists()
     membership = accounts.add_member(actor(request), account, user, default=data.default, shares=data.shares)
+    if data.manager is not None:
+        lab_managers.set_manager(actor(request), membership, data.manager)
     return Status(201 if created else 200, MemberOut(account=account.name, username=user.get_username(),
-                                                     shares=membership.shares, is_default=membership.is_default))
+                                                     shares=membership.shares, is_default=membership.is_default,
+                                                     is_manager=membership.is_manager))

@@ -25,13 +25,25 @@ from fairness.actions import users as user_actions
 from fairness.actions.alerts import acknowledge
 from fairness.actions.audit import Actor
 from fairness.actions.front_end_keys import FrontEnd, changed, requested
-from fairness.actions.keys import issue, revoke, rotate, set_front_end
+from fairness.actions.keys import checked_limits, issue, revoke, rotate, set_front_end, set_limits
 from fairness.actions.replicas import save_replica, set_replica_state
 from fairness.actions.tiers import save_tier
 from fairness.gateway.api_keys import hash_secret
 from fairness.gateway.front_end_secrets import MAX_SECRET_CHARS
-from fairness.models import Account, AdminToken, ApiKey, AuditEntry, Membership, Replica, SaturationAlert, Tier
+from fairness.models import (
+    NO_KEY_LIMITS,
+    Account,
+    AdminToken,
+    ApiKey,
+    AuditEntry,
+    KeyLimits,
+    Membership,
+    Replica,
+    SaturationAlert,
+    Tier,
+)
 from fairness.portal import submit_once
+from fairness.portal.api.admin.key_limits import KeyLimitsIn, limits_in, within_tier
 from fairness.portal.client_address import client_address
 from fairness.portal.reports.queries import KEY_RELATIONS, KeyOut, key_load, key_out, tokens_last_day
 from fairness.portal.signed_in import AdminApiRequest
@@ -106,7 +118,7 @@ class IssuedKey(Schema):
     secret: str = Field(description="Shown once: store it now, it cannot be shown again.")
 
 
-class KeyIn(Input):
+class KeyIn(Input, KeyLimitsIn):
     owner: str = Field(min_length=1, max_length=150)
     tier: str
     label: str = Field("", max_length=100)
@@ -119,8 +131,9 @@ class KeyIn(Input):
     front_end_adds_people: bool = Field(True, description=ADDS_PEOPLE)
 
 
-class KeyPatch(Input):
-    """Only what is given changes; every gateway reloads the key within a second."""
+class KeyPatch(Input, KeyLimitsIn):
+    """Only what is given changes (a limit given as null goes back to the tier's); every gateway
+    reloads the key within a second."""
 
     front_end: FrontEndKind | None = Field(None, description=FRONT_END + " Empty turns it off, secret and all.")
     front_end_jwt_secret: str | None = Field(None, max_length=MAX_SECRET_CHARS,
@@ -183,8 +196,9 @@ def issue_key(request: AdminApiRequest, data: KeyIn) -> Status[IssuedKey]:
     membership = named_membership(owner, data.account) if data.account is not None else None
     front_end = checked_front_end(lambda: requested(data.front_end, data.front_end_jwt_secret,
                                                     data.front_end_trusts_plain_headers, data.front_end_adds_people))
+    limits = within_tier(lambda: checked_limits(limits_in(data) or NO_KEY_LIMITS, tier))
     with idempotent(request) as record:
-        key, secret = issue(actor(request), owner, tier, data.label, expires, membership, front_end)
+        key, secret = issue(actor(request), owner, tier, data.label, expires, membership, front_end, limits)
         record(key.prefix)
     return Status(201, IssuedKey(key=key_out(key), secret=secret))
 
@@ -207,7 +221,8 @@ def checked_front_end(make: Callable[[], FrontEnd]) -> FrontEnd:
         raise invalid(ValidationError(named)) from None
 
 
-@router.patch("/keys/{prefix}", response=KeyOut, summary="Change whether a key is a front end's, and how")
+@router.patch("/keys/{prefix}", response=KeyOut,
+              summary="Change whether a key is a front end's, and how; and its own limits, within its tier")
 def update_key(request: AdminApiRequest, prefix: str, data: KeyPatch) -> KeyOut:
     key = get_object_or_404(ApiKey.objects.select_related(*KEY_RELATIONS),
                             prefix=prefix)
@@ -215,7 +230,12 @@ def update_key(request: AdminApiRequest, prefix: str, data: KeyPatch) -> KeyOut:
         raise HttpError(409, "This key is revoked; issue a new one instead.")
     front_end = checked_front_end(lambda: changed(FrontEnd.of(key), data.front_end, data.front_end_jwt_secret,
                                                   data.front_end_trusts_plain_headers, data.front_end_adds_people))
-    return key_out(set_front_end(actor(request), key, front_end))
+    limits = limits_in(data, KeyLimits.of(key))
+    if limits is not None:
+        within_tier(lambda: set_limits(actor(request), key, limits))
+    if limits is None or data.model_fields_set - set(KeyLimits.FIELDS):  # a body of limits alone leaves the rest
+        set_front_end(actor(request), key, front_end)
+    return key_out(key)
 
 
 @router.post("/keys/{prefix}/revoke", response=KeyOut, summary="Revoke a key (every gateway within a second)")

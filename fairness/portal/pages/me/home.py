@@ -12,8 +12,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from fairness.accounting import usage_rollup
+from fairness.accounting.key_expiry import session_key_prefixes
+from fairness.actions import lab_managers
 from fairness.models import ApiKey, Tier, UsageHourly
-from fairness.portal.reports import tier_policy
+from fairness.portal.reports import tier_policy, usage_units
 from fairness.portal.reports.budgets import lines_for_user
 from fairness.portal.reports.fair_share import standing_of
 from fairness.portal.reports.fair_share_words import half_life_in_words
@@ -59,7 +61,10 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
         for key in keys
     ]
     soon = now + EXPIRING_WITHIN
-    expiring = [row["key"] for row in rows if row["live"] and row["key"].expires_at and row["key"].expires_at <= soon]
+    # The playground's keys end with their session by design: nothing to warn of.
+    sessions = set(session_key_prefixes().filter(target__in=[key.prefix for key in keys]))
+    expiring = [row["key"] for row in rows if row["live"] and row["key"].expires_at and row["key"].expires_at <= soon
+                and row["key"].prefix not in sessions]
     live_tiers = Tier.objects.filter(pk__in={row["key"].tier_id for row in rows if row["live"]})
     budgets = lines_for_user(request.user, now.timestamp())
     return render(request, "me/dashboard.html", {
@@ -74,6 +79,7 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
         # Only budgets over the user's own keys; an account's shows only its total.
         "budgets": budgets,
         "budgets_near": [line for line in budgets if line.over_soft_limit],
+        "managed": lab_managers.given_accounts(request.user),
     })
 
 
@@ -81,7 +87,10 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
 def usage(request: SignedInRequest) -> HttpResponse:
     keys = list(_get_keys_for_user(request.user))
     ttft = latency.ttft_by_key([k.pk for k in keys], timezone.now() - TTFT_WINDOW)
+    days = usage_units.days_of(request.user, USAGE_DAYS)
     return render(request, "me/usage.html", {
+        # Raw tokens beside the weighted ones budgets and fair share count for them.
+        "unit_days": days, "unit_total": usage_units.total(days), "weights": usage_units.weights(),
         "summary": usage_rollup.summary(_get_usage_for_user(request.user)),
         "today": usage_rollup.summary(_get_usage_for_user(request.user, days=1)),
         "days": USAGE_DAYS,

@@ -1,4 +1,4 @@
-"""A researcher's own keys, /me/keys/: list, make, rotate and revoke them.
+"""A researcher's own keys, /me/keys/: list, make, narrow, rotate and revoke them.
 
 The rules (which tier, how many, how long) are fairness.actions.self_service's; these views check
 that a key is the signed-in person's own (anyone else's is a 404, so prefixes do not leak),
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,7 +23,8 @@ from django.views.decorators.debug import sensitive_variables
 from fairness.actions import self_service
 from fairness.models import ApiKey
 from fairness.portal import submit_once
-from fairness.portal.forms import OwnKeyForm, RotateKeyForm
+from fairness.portal.forms import RotateKeyForm
+from fairness.portal.key_limit_forms import KeyLimitsForm, OwnKeyWithLimitsForm
 from fairness.portal.pages.common import already_done, page_actor, secret_page
 from fairness.portal.reports.queries import KEY_RELATIONS, key_load, key_rows, rotated_prefixes, tokens_last_day
 from fairness.portal.signed_in import SignedInRequest
@@ -61,7 +63,7 @@ def keys(request: SignedInRequest) -> HttpResponse:
     now = timezone.now()
     tier = self_service.own_tier(request.user, now)
     reason = self_service.refusal(request.user, tier, now)
-    form = None if tier is None or reason else OwnKeyForm(request.POST or None, user=request.user, tier=tier)
+    form = None if tier is None or reason else OwnKeyWithLimitsForm(request.POST or None, user=request.user, tier=tier)
     status = 200
     if request.method == "POST":
         if form is None:
@@ -71,18 +73,21 @@ def keys(request: SignedInRequest) -> HttpResponse:
             try:
                 with submit_once.first_submission(data["once"]) as record:
                     key, secret = self_service.issue_own(page_actor(request), data["label"], data.get("expires_days"),
-                                                         data.get("account"))
+                                                         data.get("account"), limits=data["limits"])
                     record(key.prefix)
             except submit_once.Repeated as repeated:
                 return _already_done(request, repeated.outcome)
             except self_service.Refused as refused:
                 form.add_error(None, str(refused))
+            except ValidationError as refused:  # the tier changed since the form was checked
+                form.add_error(None, refused)
             else:
                 return _secret_page(request, key, secret)
     rows = key_rows(_get_keys_for_user(request.user), now, key_load(), tokens_last_day())
     rotatable = {key.prefix for key in _get_keys_for_user(request.user) if not self_service.rotate_refusal(key)}
+    limitable = {key.prefix for key in _get_keys_for_user(request.user) if not self_service.limits_refusal(key)}
     return render(request, "me/keys.html", {
-        "rows": [(row, row.key.prefix in rotatable) for row in rows],
+        "rows": [(row, row.key.prefix in rotatable) for row in rows], "limitable": limitable,
         "form": form, "reason": reason, "tier": tier, "max_keys": self_service.max_keys(),
         "live": self_service.live_keys(request.user, now).count(),
     }, status=status)
@@ -116,6 +121,29 @@ def rotate_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         key.refresh_from_db()
         return _secret_page(request, new, secret, rotated=key)
     return render(request, "me/key_rotate.html", {"key": key, "form": form})
+
+
+@login_required
+def limits_key(request: SignedInRequest, prefix: str) -> HttpResponse:
+    """Narrow one of their own keys below its tier (or let it back up to the tier)."""
+    key = _get_key_for_user(request.user, prefix)
+    reason = self_service.limits_refusal(key)
+    if reason:
+        messages.error(request, reason)
+        return redirect("me-keys")
+    form = KeyLimitsForm(request.POST if request.method == "POST" else None, key=key)
+    if request.method == "POST" and form.is_valid():
+        try:
+            self_service.set_own_limits(page_actor(request), key, form.cleaned_data["limits"])
+        except self_service.Refused as refused:
+            messages.error(request, str(refused))
+            return redirect("me-keys")
+        except ValidationError as refused:
+            form.add_error(None, refused)
+        else:
+            messages.success(request, f"Saved the limits of {key.prefix}…: every gateway follows within a second.")
+            return redirect("me-keys")
+    return render(request, "staff/key_limits.html", {"key": key, "form": form, "back": "me-keys"})
 
 
 @login_required

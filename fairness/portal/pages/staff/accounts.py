@@ -16,7 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
 from fairness.actions import accounts as account_actions
-from fairness.models import Account
+from fairness.actions import lab_managers
+from fairness.models import Account, Membership
 from fairness.portal.forms import AccountForm, AccountSharesForm, MemberForm
 from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.budgets import all_lines
@@ -102,6 +103,8 @@ def _form_page(request: SignedInRequest, form: Form, title: str, lede: str, butt
 def accounts(request: SignedInRequest) -> HttpResponse:
     return render(request, "staff/accounts.html", {
         "lines": tree_lines(rows()),
+        "managers": {f"{account}/{user}" for account, user in Membership.objects.filter(is_manager=True)
+                     .values_list("account__name", "user__username")},
         # Two forms on one page: their fields' ids apart (both have "shares").
         "account_form": AccountForm(auto_id="account-%s"),
         "member_form": MemberForm(auto_id="member-%s"),
@@ -155,13 +158,17 @@ def change_shares(request: SignedInRequest, name: str) -> HttpResponse:
 def add_member(request: SignedInRequest) -> HttpResponse:
     """Also changes the shares of someone already in the account (the tree's member rows link
     here with the form filled in)."""
-    initial = {name: request.GET[name] for name in ("user", "account", "shares") if request.GET.get(name)}
+    initial: dict[str, object] = {name: request.GET[name] for name in ("user", "account", "shares")
+                                  if request.GET.get(name)}
+    initial["manager"] = Membership.objects.filter(user__username=initial.get("user", ""),
+                                                   account__name=initial.get("account", ""), is_manager=True).exists()
     form = MemberForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             membership = account_actions.add_member(page_actor(request), data["account"], data["user"],
                                                     default=data["default"], shares=data["shares"])
+            lab_managers.set_manager(page_actor(request), membership, data["manager"])
         except ValidationError as refused:
             _refused(form, refused)
         else:

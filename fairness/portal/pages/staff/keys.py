@@ -1,5 +1,5 @@
 """Staff pages for keys: the list (with its live load), issuing, revoking, rotating, and a key's
-front end. (Tiers, alerts and the audit log, users, replicas and the staff home have modules of
+front end and limits. (Tiers, alerts and the audit log, users, replicas and the staff home have modules of
 their own.)
 
 Every change goes through fairness.actions, which writes the audit log; these views only
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -21,11 +22,12 @@ from django.views.decorators.debug import sensitive_post_parameters, sensitive_v
 from django.views.decorators.http import require_safe
 
 from fairness.actions.front_end_keys import KINDS
-from fairness.actions.keys import issue, revoke, rotate, set_front_end
+from fairness.actions.keys import issue, revoke, rotate, set_front_end, set_limits
 from fairness.models import ApiKey, Tier
 from fairness.portal import submit_once
-from fairness.portal.forms import IssueKeyForm, RotateKeyForm
+from fairness.portal.forms import RotateKeyForm
 from fairness.portal.front_end_forms import FrontEndForm
+from fairness.portal.key_limit_forms import IssueKeyWithLimitsForm, KeyLimitsForm
 from fairness.portal.pages.common import already_done, page_actor, secret_page, staff_only, staff_required
 from fairness.portal.reports.queries import (
     DEFAULT_KEY_SORT,
@@ -124,17 +126,21 @@ def keys_load(request: SignedInRequest) -> JsonResponse:
 @sensitive_post_parameters("jwt_secret")
 @sensitive_variables("secret", "data")
 def issue_key(request: SignedInRequest) -> HttpResponse:
-    form = IssueKeyForm(request.POST or None, initial={"owner": request.GET.get("owner")})
+    form = IssueKeyWithLimitsForm(request.POST or None, initial={"owner": request.GET.get("owner")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             with submit_once.first_submission(data["once"]) as record:
                 key, secret = issue(page_actor(request), data["owner"], data["tier"], data["label"],
-                                            form.expires_at(), data.get("membership"), data["front_end"])
+                                            form.expires_at(), data.get("membership"), data["front_end"],
+                                            data["limits"])
                 record(key.prefix)
         except submit_once.Repeated as repeated:
             return _already_done(request, repeated.outcome)
-        return _secret_page(request, key, secret)
+        except ValidationError as refused:  # the tier changed since the form was checked
+            form.add_error(None, refused)
+        else:
+            return _secret_page(request, key, secret)
     return render(request, "staff/key_issue.html", {"form": form})
 
 
@@ -168,6 +174,25 @@ def front_end_key(request: SignedInRequest, prefix: str) -> HttpResponse:
         messages.success(request, f"Saved: {key.prefix}… {said}. Every gateway follows within a second.")
         return redirect("staff-keys")
     return render(request, "staff/key_front_end.html", {"key": key, "form": form})
+
+
+@staff_required
+def limits_key(request: SignedInRequest, prefix: str) -> HttpResponse:
+    """The key's own limits and models, below its tier's; gateways follow within a second."""
+    key = _get_key_for_user(request.user, prefix)
+    if key.revoked_at is not None:
+        messages.error(request, f"{key.prefix}… is revoked; issue a new key instead.")
+        return redirect("staff-keys")
+    form = KeyLimitsForm(request.POST if request.method == "POST" else None, key=key)
+    if request.method == "POST" and form.is_valid():
+        try:
+            set_limits(page_actor(request), key, form.cleaned_data["limits"])
+        except ValidationError as refused:
+            form.add_error(None, refused)
+        else:
+            messages.success(request, f"Saved the limits of {key.prefix}…. Every gateway follows within a second.")
+            return redirect("staff-keys")
+    return render(request, "staff/key_limits.html", {"key": key, "form": form, "back": "staff-keys"})
 
 
 class AlreadyRotated(Exception):
