@@ -15,6 +15,7 @@ import orjson
 from django.conf import settings
 from prometheus_client import utils as prometheus_utils
 
+from fairness.gateway import latency_histograms
 from fairness.store import keyspace
 from fairness.store.redis_lane import Command
 
@@ -31,6 +32,8 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 #   usage|pushed   usage|drained   (the usage backlog's books: see usage_commands)
 #   usage|retried  usage|outbox_dropped  usage|repushed   (the per-process outboxes: usage_outbox.py)
 #   usage|rejected   (events the flush set aside: accounting/usage.py)
+#   dur|…  ttft|…  tpot|…  and their sums   (the latency histograms: latency_histograms.py)
+#   http|status|reason   (every answer, refusals too, flushed by each process: http_counts.py)
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -140,6 +143,11 @@ def counter_increments(
         fields[f"rej|{tier}|{refusal or 'engine'}"] = 1
     if status in UPSTREAM_FAILURES and event["replica"]:
         fields[f"uperr|{event['replica']}"] = 1
+    if admitted:  # a refusal took no engine time: gpuportal_http_requests_total counts it
+        fields.update(latency_histograms.increments(
+            tier=tier, model=event["model"], stream=event["stream"], status=event["status"],
+            latency_ms=event["latency_ms"], ttft_ms=event["ttft_ms"], completion_tokens=event["completion_tokens"],
+        ))
     return fields
 
 

@@ -38,8 +38,9 @@ from django.http import HttpResponse, HttpResponseBase
 
 from fairness.gateway import anthropic_shape, queue_views, responses_views, tokenizer_views, views
 from fairness.gateway.api_keys import KeyInfo
-from fairness.gateway.errors import ApiError
-from fairness.gateway.http_server import vouch_for
+from fairness.gateway.errors import ApiError, ErrorResponse
+from fairness.gateway.http_counts import CLIENT_CLOSED, HTTP_COUNTS
+from fairness.gateway.http_server import ANSWERED_HERE, vouch_for
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.streamed_body import (
     BodyStream,
@@ -220,8 +221,9 @@ class GatewayApp:
             await _send_response(_said_for(scope["path"], _failure(exc, request_id)), send, request_id)
             return
         if request is None:
+            _count_gone(scope)
             return  # gone before we could answer
-        await self._answer_until_disconnect(view, request, send, _until_disconnect(receive))
+        await self._answer_until_disconnect(view, request, send, _until_disconnect(receive), scope)
 
     async def _serve_streamed(
         self, streamed: StreamedRoute, scope: dict[str, Any], receive: Receive, send: Send, request_id: str
@@ -240,7 +242,7 @@ class GatewayApp:
             method=scope["method"], path=scope["path"], query_string=scope["query_string"].decode("latin-1"),
             headers=headers, body=body, request_id=request_id, key=key, directory=directory,
         )
-        await self._answer_until_disconnect(streamed.view, request, send, body.pump())
+        await self._answer_until_disconnect(streamed.view, request, send, body.pump(), scope)
 
     async def _answer_until_disconnect(
         self,
@@ -248,9 +250,10 @@ class GatewayApp:
         request: AnyRequest,
         send: Send,
         watch: Awaitable[None],
+        scope: dict[str, Any],
     ) -> None:
         """Answer the request, cancelling the view if `watch` sees the client leave first."""
-        answering = asyncio.ensure_future(self._answer(view, request, send))
+        answering = asyncio.ensure_future(self._answer(view, request, send, scope))
         watching = asyncio.ensure_future(watch)
         self._requests.add(answering)
         answering.add_done_callback(self._requests.discard)
@@ -298,12 +301,15 @@ class GatewayApp:
         view: Callable[[AnyRequest, GatewayRuntime], Awaitable[HttpResponseBase]],
         request: AnyRequest,
         send: Send,
+        scope: dict[str, Any],
     ) -> None:
         tracked = _TrackedSend(send)
         try:
             await _send_response(await self._respond(view, request), tracked, request.request_id)
         except asyncio.CancelledError:
             if not self._cutting_off:
+                if not tracked.started:
+                    _count_gone(scope)
                 raise  # the client left: there is nobody to answer
             # Cut off at the end of the grace period. Left alone, uvicorn would answer a request
             # still queued with a bare text 500 and drop a stream mid-body; instead the client
@@ -350,6 +356,13 @@ class StoreFailureLog:
 
 
 _STORE_FAILURES = StoreFailureLog()
+
+
+def _count_gone(scope: dict[str, Any]) -> None:
+    """The client left before any answer: 499, unless the server answered it itself (a body
+    too slow gets 408 there, which it counted, and the app then sees the client gone)."""
+    if ANSWERED_HERE not in scope.get("extensions", {}):
+        HTTP_COUNTS.count(499, CLIENT_CLOSED)
 
 
 def _authorization(headers: dict[str, str]) -> str | None:
@@ -416,6 +429,8 @@ def _body_timed_out() -> HttpResponse:
 
 
 async def _send_response(response: HttpResponseBase, send: Send, request_id: str) -> None:
+    # Every answer passes here once: counted in memory, flushed to Redis off the request path.
+    HTTP_COUNTS.count(response.status_code, response.error_code if isinstance(response, ErrorResponse) else None)
     response["X-Request-Id"] = request_id
     headers = [
         (name.lower().encode("latin-1"), str(value).encode("latin-1"))

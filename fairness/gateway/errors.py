@@ -25,6 +25,12 @@ TYPES = {
 BEARER_CHALLENGE = 'Bearer realm="gpuportal"'
 
 
+class ErrorResponse(HttpResponse):
+    """An ApiError's response, knowing its code: the ASGI front counts answers by it."""
+
+    error_code: str | None = None
+
+
 class ApiError(Exception):
     """Raised anywhere on the request path; the view turns it into a response."""
 
@@ -57,9 +63,10 @@ class ApiError(Exception):
         }
 
     def response(self, headers: dict[str, str] | None = None) -> HttpResponse:
-        response = HttpResponse(
+        response = ErrorResponse(
             json.dumps(self.body()), status=self.status, content_type="application/json"
         )
+        response.error_code = self.code
         if self.retry_after is not None:
             response["Retry-After"] = str(max(1, round(self.retry_after)))
         for name, value in {**self.headers, **(headers or {})}.items():

@@ -45,12 +45,14 @@ from uvicorn.server import ServerState
 
 from fairness.gateway.api_paths import is_api_path
 from fairness.gateway.errors import ApiError
+from fairness.gateway.http_counts import HTTP_COUNTS
 from fairness.gateway.waiting_clients import WaitingClients
 
 # How long after a burst of connections the oldest waiting past a cap are closed: long enough for
 # the loop to read what came with the burst (waiting_clients.py).
 CLOSING_DELAY_SECONDS = 0.05
 VOUCHING = "gpuportal.vouching"  # the scope's extension through which the app vouches for a request
+ANSWERED_HERE = "gpuportal.answered"  # the scope's extension set when the server itself answered
 _CLIENTS: weakref.WeakKeyDictionary[ServerState, WaitingClients] = weakref.WeakKeyDictionary()
 
 
@@ -239,6 +241,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
             self._answer_and_close(408, _body_too_slow(cycle.scope["path"], self.min_body_rate))
+            extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+            extensions[ANSWERED_HERE] = {}  # counted here: the app, seeing the client gone, is not to count it
             # As connection_lost will: the app sees the client gone and its answer goes nowhere.
             cycle.disconnected = True
             cycle.message_event.set()
@@ -267,7 +271,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 def _body_too_slow(path: str, min_rate: float) -> tuple[bytes, bytes]:
     """The 408 for a body below the pace: OpenAI-shaped for /v1/, plain text for the pages."""
     message = f"The request body arrived slower than {min_rate:g} bytes a second."
-    return _error_content(path, ApiError(408, message, "request_timeout"))
+    return _error_content(path, _counted(path, ApiError(408, message, "request_timeout")))
+
+
+def _counted(path: str, error: ApiError) -> ApiError:
+    """An API answer given here, which the app never sends, counted as the app counts its own."""
+    if is_api_path(path):
+        HTTP_COUNTS.count(error.status, error.code)
+    return error
 
 
 def _error_content(path: str, error: ApiError) -> tuple[bytes, bytes]:
@@ -279,7 +290,7 @@ def _error_content(path: str, error: ApiError) -> tuple[bytes, bytes]:
 async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
     """The answer past the limit on requests served: 503, to retry in a second."""
     error = ApiError(503, "The gateway is serving as many requests as it may; try again.", "server_busy")
-    content_type, body = _error_content(scope["path"], error)
+    content_type, body = _error_content(scope["path"], _counted(scope["path"], error))
     await send({
         "type": "http.response.start", "status": 503,
         "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),

@@ -19,7 +19,7 @@ import redis.asyncio
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import engine_client, health_probes
+from fairness.gateway import engine_client, health_probes, http_counts
 from fairness.gateway.api_keys import KeyCache
 from fairness.gateway.context_lengths import ContextLengths
 from fairness.gateway.front_end_people import FrontEndPeople
@@ -115,6 +115,7 @@ class GatewayRuntime:
         self._capacity_stated = 0  # how many times sync_capacity has stated it
         self._reload_due = False  # a statement was refused as stale: reload at the next refresh
         self._health_task: asyncio.Task[None] | None = None
+        self._counts_task: asyncio.Task[None] | None = None  # flushes the answer counts
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
 
@@ -129,6 +130,7 @@ class GatewayRuntime:
         # once took 2 s on two cores busy with their engines, and done at the first probe,
         # they held the event loop, and every request on it, that long.
         await engine_client.prepare()
+        self._ensure_counts_flushed()
         try:
             await self.refresh()
         except (redis.exceptions.RedisError, OSError):
@@ -141,6 +143,9 @@ class GatewayRuntime:
         self._closed = True
         if self._health_task is not None:
             await cancel_and_wait(self._health_task)
+        if self._counts_task is not None:
+            await cancel_and_wait(self._counts_task)
+            await http_counts.flush_at_exit(self.lane)
         if self._background:  # usage and releases on their way to Redis
             await asyncio.wait(self._background, timeout=5)
         await self.usage_outbox.close()  # a last, bounded try at usage Redis has not taken
@@ -225,9 +230,14 @@ class GatewayRuntime:
         if await health.record_failure(self.redis, replica, caller, self.config.health_cooldown):
             await self.sync_capacity()
 
+    def _ensure_counts_flushed(self) -> None:
+        if not self._closed and (self._counts_task is None or self._counts_task.done()):
+            self._counts_task = asyncio.get_running_loop().create_task(http_counts.flush_forever(self.lane))
+
     def _ensure_health_loop(self) -> None:
         if self._closed:
             return
+        self._ensure_counts_flushed()  # also for a runtime made without the lifespan
         if self._health_task is None or self._health_task.done():
             self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
 

@@ -1,11 +1,13 @@
 """The gateway's own /metrics, the same whichever gateway process or host is scraped.
 
-Counters and queue-wait buckets live in one Redis hash, bumped in the round trip that already
-records each request's usage event (gateway/accounting.py). The gauges
+Counters and the queue-wait and latency buckets live in one Redis hash, bumped in the round trip
+that already records each request's usage event (gateway/accounting.py); every answer's status
+and reason is added to it by each process about once a second (gateway/http_counts.py). The gauges
 (in flight, queued) come from admission's live state. A scrape reads both, so every process
 answers with the totals of all of them and no multiprocess directory is needed. Redis here runs
 without persistence: a Redis restart resets the counters, which Prometheus' rate() treats as
-an ordinary counter reset.
+an ordinary counter reset. While Redis is away the scrape still answers, with
+`gpuportal_redis_up 0` alone: the alert can tell Redis down from the gateway down (`up == 0`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from fairness.gateway.accounting import (
     USAGE_RETRIED,
     WAIT_BUCKETS,
 )
+from fairness.gateway.latency_histograms import HISTOGRAMS, LatencyHistogram
 from fairness.models import Tier
 from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
+from fairness.telemetry import fleet_gauges
 
 if TYPE_CHECKING:
     # prometheus_client leaves this one untyped: what the checker is to see.
@@ -58,6 +62,7 @@ class Snapshot:
     live: Stats
     tiers: list[str]  # every configured tier, so idle ones read 0 rather than vanish
     backlog: usage.Backlog = usage.Backlog(0, 0)
+    fleet: fleet_gauges.Fleet = fleet_gauges.Fleet()
 
 
 async def snapshot() -> Snapshot:
@@ -65,7 +70,8 @@ async def snapshot() -> Snapshot:
     counters = {_str(k): float(v) for k, v in raw.items()}
     live = await admission_stats(redis_async())  # also reaps dead processes' leases
     tiers = [name async for name in Tier.objects.values_list("name", flat=True)]
-    return Snapshot(counters, live, tiers, await usage.read_backlog(redis_async()))
+    return Snapshot(counters, live, tiers, await usage.read_backlog(redis_async()),
+                    await fleet_gauges.read_fleet(redis_async()))
 
 
 class GatewayCollector(Collector):
@@ -94,6 +100,12 @@ class GatewayCollector(Collector):
             "Requests that ended in an engine failure or timeout (502/504), by the last replica tried.",
             labels=["replica"],
         )
+        answers = CounterMetricFamily(
+            "gpuportal_http_requests",
+            "Every answer of the gateway's API, refusals before admission included, by HTTP status "
+            "and reason (the error's code; ok below 400; client_closed: the client left first).",
+            labels=["status", "reason"],
+        )
         buckets: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(WAIT_BUCKETS))
         sums: dict[str, float] = defaultdict(float)
         for field, value in sorted(self.snap.counters.items()):
@@ -111,6 +123,8 @@ class GatewayCollector(Collector):
                 buckets[parts[0]][_LE[parts[1]]] += value
             elif kind == "waitsum":
                 sums[rest] += value
+            elif kind == "http" and len(parts) == 2:
+                answers.add_metric(parts, value)
         wait = HistogramMetricFamily(
             "gpuportal_queue_wait_seconds",
             "Time admitted requests waited in the gateway's queue.",
@@ -122,9 +136,13 @@ class GatewayCollector(Collector):
                 running += amount
                 cumulative.append((floatToGoString(bound), running))
             wait.add_metric([tier], cumulative, sums[tier])
-        yield from (requests, tokens, rejections, upstream, wait)
+        yield from (requests, tokens, rejections, upstream, answers, wait)
+        for histogram in HISTOGRAMS:
+            yield _latency_family(histogram, self.snap.counters)
         yield from self._usage_backlog()
         yield from self._live()
+        yield from fleet_gauges.families(self.snap.fleet, self.snap.live)
+        yield GaugeMetricFamily("gpuportal_redis_up", _REDIS_UP_HELP, value=1)
 
     def _usage_backlog(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -196,10 +214,53 @@ class GatewayCollector(Collector):
         yield from (in_flight, queued, oldest, slots)
 
 
+def _latency_family(histogram: LatencyHistogram, counters: dict[str, float]) -> HistogramMetricFamily:
+    """One latency histogram out of its fields (gateway/latency_histograms.py): the buckets made
+    cumulative, the count their total, the sum from microseconds to seconds."""
+    places = histogram.le_index()
+    width = len(histogram.labels)
+    buckets: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0] * len(histogram.buckets))
+    sums: dict[tuple[str, ...], float] = defaultdict(float)
+    for name, value in counters.items():
+        kind, _, rest = name.partition("|")
+        if kind == histogram.kind:
+            le, *found = rest.split("|", width)  # the model, last, may hold a "|" of its own
+            if le in places and len(found) == width:
+                buckets[tuple(found)][places[le]] += value
+        elif kind == histogram.kind + "sum":
+            sums[tuple(rest.split("|", width - 1))] += value / 1_000_000
+    family = HistogramMetricFamily(histogram.name, histogram.help, labels=list(histogram.labels))
+    for key, counts in sorted(buckets.items()):
+        running, cumulative = 0.0, []
+        for bound, amount in zip(histogram.buckets, counts, strict=True):
+            running += amount
+            cumulative.append((floatToGoString(bound), running))
+        family.add_metric(list(key), cumulative, sums[key])
+    return family
+
+
+_REDIS_UP_HELP = ("1 when this scrape could read the gateway's state in Redis; 0 when Redis is away "
+                  "(admission, usage and every other series then fail, and are left out).")
+
+
 async def exposition() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(await snapshot()))
     return generate_latest(registry)
+
+
+def redis_away() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Gauge(GaugeMetricFamily("gpuportal_redis_up", _REDIS_UP_HELP, value=0)))
+    return generate_latest(registry)
+
+
+class _Gauge(Collector):
+    def __init__(self, family: Metric) -> None:
+        self.family = family
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.family
 
 
 @require_GET
@@ -216,10 +277,9 @@ async def view(request: HttpRequest) -> HttpResponse:
     try:
         body = await exposition()
     except (redis.exceptions.RedisError, OSError):
-        # Prometheus records the failed scrape (up == 0) instead of a gap of stale zeros.
-        return HttpResponse(
-            "The gateway's state store is unavailable.\n", status=503, content_type="text/plain"
-        )
+        # Not a 503: that reads as the gateway down (up == 0). The other series are left out,
+        # not zeroed, so their graphs show a gap rather than a false calm.
+        body = redis_away()
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 

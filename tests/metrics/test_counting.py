@@ -24,13 +24,17 @@ def event(**overrides) -> accounting.UsageEvent:
     return {**base, **overrides}  # type: ignore[typeddict-item]
 
 
-def test_a_served_request_counts_itself_its_tokens_and_its_wait_bucket():
+def test_a_served_request_counts_itself_its_tokens_and_its_wait_and_latency_buckets():
     assert accounting.counter_increments(event(), admitted=True, refusal=None) == {
         "req|interactive|200|chat": 1,
         "tok|interactive|prompt": 12,
         "tok|interactive|completion": 34,
         "wait|interactive|0.5": 1,
         "waitsum|interactive": 0.3,
+        "dur|0.5|interactive|m": 1,
+        "dursum|interactive|m": 500_000,
+        "ttft|0.05|interactive|false|m": 1,
+        "ttftsum|interactive|false|m": 40_000,
     }
 
 
@@ -65,6 +69,8 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
     stored = {k.decode(): float(v) for k, v in redis_client.hgetall(keyspace.GATEWAY_COUNTERS).items()}
     assert stored == {"req|interactive|200|chat": 1, "tok|interactive|prompt": 12,
                       "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3,
+                      "dur|0.5|interactive|m": 1, "dursum|interactive|m": 500_000,
+                      "ttft|0.05|interactive|false|m": 1, "ttftsum|interactive|false|m": 40_000,
                       "usage|pushed": 1}
 
 
@@ -101,3 +107,61 @@ def test_the_scrape_makes_buckets_cumulative_and_shows_idle_tiers_as_zero():
     assert (("gpuportal_in_flight", frozenset({("tier", "interactive")})) in samples.values)
     assert samples.get("gpuportal_in_flight", tier="interactive") == 0
     assert samples.get("gpuportal_slots", model="sim") == 8
+
+
+def test_a_finished_stream_adds_its_time_per_output_token():
+    # 40 ms to the first token, then 33 more tokens in 990 ms: 30 ms each.
+    fields = accounting.counter_increments(
+        event(stream=True, latency_ms=1030, ttft_ms=40), admitted=True, refusal=None
+    )
+    assert fields["ttft|0.05|interactive|true|m"] == 1
+    assert fields["tpot|0.05|interactive|m"] == 1
+    assert fields["tpotsum|interactive|m"] == 30_000
+    assert fields["dur|2.5|interactive|m"] == 1
+
+
+def test_only_a_finished_stream_of_two_tokens_or_more_has_a_time_per_output_token():
+    for unfit in (event(stream=False), event(stream=True, completion_tokens=1),
+                  event(stream=True, status=499), event(stream=True, status=502)):
+        assert not any(f.startswith("tpot") for f in accounting.counter_increments(unfit, admitted=True, refusal=None))
+
+
+def test_a_request_the_engine_never_answered_has_a_duration_and_no_first_token():
+    fields = accounting.counter_increments(event(status=502, ttft_ms=None, latency_ms=7000), admitted=True,
+                                           refusal=None)
+    assert fields["dur|10.0|interactive|m"] == 1
+    assert not any(f.startswith("ttft") for f in fields)
+
+
+def test_a_request_refused_by_admission_adds_no_latency():
+    refused = event(status=429, replica="", prompt_tokens=0, completion_tokens=0, queued_ms=0, ttft_ms=None)
+    fields = accounting.counter_increments(refused, admitted=False, refusal="rate_limited")
+    assert not any(f.split("|")[0] in ("dur", "ttft", "tpot", "dursum") for f in fields)
+
+
+def test_the_scrape_makes_latency_histograms_per_tier_and_model_in_seconds():
+    counters: dict[str, float] = {}
+    for done in (event(stream=True, latency_ms=1030, ttft_ms=40), event(stream=True, latency_ms=3030, ttft_ms=2040),
+                 event(model="org/other|odd", latency_ms=20, ttft_ms=20)):
+        for field, amount in accounting.counter_increments(done, admitted=True, refusal=None).items():
+            counters[field] = counters.get(field, 0.0) + amount
+    counters["dur|0.333|interactive|m"] = 5.0  # a retired bound: skipped
+    live = {"groups": {}, "tiers": {}, "keys": {}, "replicas": {}, "longest_wait": 0.0}
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(gateway_metrics.GatewayCollector(gateway_metrics.Snapshot(counters, live, ["interactive"])))
+    samples = Samples(generate_latest(registry).decode())
+    ttft = "gpuportal_time_to_first_token_seconds"
+    assert samples.get(ttft + "_bucket", tier="interactive", stream="true", model="m", le="0.05") == 1
+    assert samples.get(ttft + "_bucket", tier="interactive", stream="true", model="m", le="2.0") == 1
+    assert samples.get(ttft + "_bucket", tier="interactive", stream="true", model="m", le="5.0") == 2
+    assert samples.get(ttft + "_count", tier="interactive", stream="true", model="m") == 2
+    assert samples.get(ttft + "_sum", tier="interactive", stream="true", model="m") == 2.08
+    duration = "gpuportal_request_duration_seconds"
+    assert samples.get(duration + "_count", tier="interactive", model="m") == 2
+    assert samples.get(duration + "_bucket", tier="interactive", model="m", le="+Inf") == 2
+    assert samples.get(duration + "_sum", tier="interactive", model="m") == 4.06
+    assert samples.get(duration + "_count", tier="interactive", model="org/other|odd") == 1
+    tpot = "gpuportal_time_per_output_token_seconds"
+    assert samples.get(tpot + "_count", tier="interactive", model="m") == 2
+    assert samples.get(tpot + "_sum", tier="interactive", model="m") == 0.06
+    assert samples.get("gpuportal_redis_up") == 1
