@@ -561,6 +561,11 @@ class Replica(models.Model):
                                    "(line breaks, tabs and the like).", inverse_match=True)],
         help_text="The engine's own key, if any.",
     )
+    gpu_metrics_url = models.URLField(
+        blank=True,
+        validators=[validate_engine_url],
+        help_text="Its GPU's DCGM exporter, if any, e.g. http://10.0.0.5:9400/metrics.",
+    )
     tiers = models.ManyToManyField(
         Tier,
         blank=True,
@@ -649,6 +654,15 @@ class EngineSample(models.Model):
     generation_tps = models.FloatField(null=True)
     prompt_tps = models.FloatField(null=True)
     prefix_hit_rate = models.FloatField(null=True)
+    # From the replica's DCGM exporter, when it names one (null otherwise, or when the exporter
+    # did not answer sensibly): mean utilisation, framebuffer and power summed over its GPUs,
+    # the hottest GPU's temperature, and how many GPUs that covers.
+    gpu_util = models.FloatField(null=True, help_text="Per cent, the mean over its GPUs.")
+    gpu_mem_used_mib = models.FloatField(null=True, help_text="Framebuffer used, summed over its GPUs.")
+    gpu_mem_total_mib = models.FloatField(null=True, help_text="Framebuffer used + free (+ reserved), summed.")
+    gpu_power_w = models.FloatField(null=True, help_text="Power draw, summed over its GPUs.")
+    gpu_temp_c = models.FloatField(null=True, help_text="The hottest GPU's temperature.")
+    gpu_count = models.PositiveSmallIntegerField(null=True)
 
     class Meta:
         ordering = ["-taken_at"]

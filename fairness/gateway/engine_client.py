@@ -148,6 +148,22 @@ async def get_capped(replica: ReplicaInfo, path: str, timeout: float, limit: int
     return response.status_code, content
 
 
+async def get_url_capped(url: str, timeout: float, limit: int) -> tuple[int, bytes]:
+    """A GET of an address beside an engine (its GPU's exporter): no engine key sent, the body
+    read only up to `limit` bytes, the whole exchange within `timeout` seconds (httpx's own
+    timeouts bound each read, so a server dripping bytes would otherwise hold it for ever).
+    Raises httpx.HTTPError (ResponseTooLarge past `limit`) or TimeoutError."""
+    async def fetch() -> tuple[int, bytes]:
+        pooled = client()
+        response = await pooled.send(pooled.build_request("GET", url, timeout=timeout), stream=True)
+        try:
+            return response.status_code, await _read_capped(response, limit)
+        finally:
+            await response.aclose()
+
+    return await asyncio.wait_for(fetch(), timeout)
+
+
 async def post_json(url: str, payload: Mapping[str, object], timeout: float) -> httpx.Response:
     """A notification to somewhere other than an engine (alert webhooks)."""
     response = await client().post(url, json=payload, timeout=timeout)

@@ -22,6 +22,7 @@ def replica_info(replica: Replica, tiers: frozenset[str] = frozenset()) -> Repli
         tiers=tiers,
         model_kind=replica.model_kind,
         created=int(replica.created_at.timestamp()),
+        gpu_metrics_url=replica.gpu_metrics_url,
     )
 
 

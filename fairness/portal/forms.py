@@ -344,10 +344,11 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
         formfield_callback = _plain_http_urls
         model = Replica
         fields = ["name", "base_url", "model", "engine_kind", "model_kind", "max_num_seqs", "scheduling_policy",
-                  "api_key", "tiers"]
+                  "api_key", "gpu_metrics_url", "tiers"]
         labels = {
             "base_url": "Base URL", "max_num_seqs": "Sequences at once (--max-num-seqs)", "api_key": "Engine API key",
             "scheduling_policy": "Engine scheduling policy", "model_kind": "Serves",
+            "gpu_metrics_url": "GPU exporter (DCGM) address",
         }
         widgets = {
             "api_key": forms.PasswordInput(render_value=False),
@@ -362,6 +363,12 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
     def clean_model_kind(self) -> str:
         return str(self.cleaned_data.get("model_kind") or self.instance.model_kind)
 
+    def clean_gpu_metrics_url(self) -> str:
+        # Not posted at all (a form from before GPU exporters): keep it, rather than clear it.
+        if "gpu_metrics_url" not in self.data:
+            return self.instance.gpu_metrics_url
+        return str(self.cleaned_data.get("gpu_metrics_url") or "")
+
     def clean(self) -> dict[str, Any]:
         super().clean()  # ModelForm.clean() returns cleaned_data itself
         data = self.cleaned_data
@@ -375,7 +382,7 @@ class ReplicaForm(NoColon, _ReplicaFormBase):
         return data
 
     def changes(self) -> dict[str, Any]:
-        kept = {"model_kind"} - set(self.data)  # not posted: as it was
+        kept = {"model_kind", "gpu_metrics_url"} - set(self.data)  # not posted: as it was
         return {name: self.cleaned_data[name] for name in self.changed_data
                 if name not in ("tiers", "remove_api_key", *kept)}
 

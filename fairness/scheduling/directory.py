@@ -26,6 +26,7 @@ class ReplicaInfo:
     tiers: frozenset[str] = frozenset()  # empty: serves every tier
     model_kind: str = CHAT_MODEL
     created: int = 0  # when it was added (Unix seconds)
+    gpu_metrics_url: str = ""  # its GPU's DCGM exporter, read by the poller only
 
     def serves(self, tier: str) -> bool:
         return not self.tiers or tier in self.tiers

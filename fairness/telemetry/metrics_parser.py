@@ -118,6 +118,12 @@ def rates_between(prev: Snapshot, cur: Snapshot) -> Rates:
     )
 
 
+def series_by_name(text: str, what: str) -> dict[str, Series]:
+    """Every sample of an exporter that is not an engine (a GPU's), NaNs left out, by name;
+    MetricsParseError, naming `what`, when the text is not Prometheus exposition format."""
+    return _index(text, what, None)
+
+
 def _index(text: str, kind: str, model: str | None) -> dict[str, Series]:
     """Every sample by its own name. Sample names keep `_total` where family names lose it."""
     index: dict[str, Series] = {}

@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db.models import Avg
+from django.db.models import Avg, Max
 
 from fairness.gateway import engine_client
 from fairness.gateway.errors import ApiError
@@ -30,6 +30,8 @@ from fairness.scheduling.directory import ReplicaInfo
 from fairness.scheduling.live_counts import text
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
+from fairness.telemetry import gpu_metrics
+from fairness.telemetry.gpu_metrics import GpuFigures
 from fairness.telemetry.metrics_parser import MetricsParseError, Rates, Snapshot, parse_metrics, rates_between
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class Reading:
     snapshot: Snapshot | None  # None: the scrape failed
     rates: Rates | None
     error: str = ""
+    gpu: GpuFigures | None = None  # from its DCGM exporter, when it names one that answered
 
     @property
     def healthy(self) -> bool:
@@ -72,6 +75,7 @@ class Reading:
             "prompt_tps": rates.prompt_tokens_per_s if rates else None,
             "prefix_hit_rate": rates.prefix_cache_hit_rate if rates else None,
             "max_num_seqs": self.replica.max_num_seqs,
+            "gpu": self.gpu.as_json() if self.gpu else None,
         }
 
 
@@ -110,15 +114,19 @@ async def poll_once(clock: Callable[[], float] = time.time) -> Poll:
     directory = await load_directory(include_draining=True)
     client = redis_async()
     taken_at = clock()
-    results = await asyncio.gather(*(scrape(r, taken_at) for r in directory.all))
+    # The GPU exporters beside the engines, at the same time: a slow one costs no more than its deadline.
+    results, gpus = await asyncio.gather(
+        asyncio.gather(*(scrape(r, taken_at) for r in directory.all)),
+        asyncio.gather(*(gpu_metrics.scrape(r.gpu_metrics_url) for r in directory.all)),
+    )
     previous = await client.mget([keyspace.telemetry_snapshot(r.name) for r in directory.all]) if directory.all else []
 
     readings = []
-    for replica, (snapshot, error), prev_raw in zip(directory.all, results, previous, strict=True):
+    for replica, (snapshot, error), gpu, prev_raw in zip(directory.all, results, gpus, previous, strict=True):
         rates = None
         if snapshot is not None and prev_raw:
             rates = rates_between(Snapshot(**json.loads(prev_raw)), snapshot)
-        readings.append(Reading(replica, taken_at, snapshot, rates, error))
+        readings.append(Reading(replica, taken_at, snapshot, rates, error, gpu))
 
     queued = await gateway_queued_by_model()
     share = _queued_share(readings, queued)
@@ -163,6 +171,7 @@ def _store_samples(readings: list[Reading], share: dict[str, float]) -> None:
             generation_tps=r.rates.generation_tokens_per_s if r.rates else None,
             prompt_tps=r.rates.prompt_tokens_per_s if r.rates else None,
             prefix_hit_rate=r.rates.prefix_cache_hit_rate if r.rates else None,
+            **(r.gpu.sample_fields() if r.gpu else {}),
         )
         for r in readings
     )
@@ -188,7 +197,9 @@ def compact_samples(now: dt.datetime, raw_for: dt.timedelta, keep_for: dt.timede
         averages = EngineSample.objects.filter(pk__in=ids).aggregate(
             running=Avg("running"), waiting=Avg("waiting"), gateway_waiting=Avg("gateway_waiting"),
             kv_usage=Avg("kv_usage"), generation_tps=Avg("generation_tps"), prompt_tps=Avg("prompt_tps"),
-            prefix_hit_rate=Avg("prefix_hit_rate"),
+            prefix_hit_rate=Avg("prefix_hit_rate"), gpu_util=Avg("gpu_util"),
+            gpu_mem_used_mib=Avg("gpu_mem_used_mib"), gpu_mem_total_mib=Avg("gpu_mem_total_mib"),
+            gpu_power_w=Avg("gpu_power_w"), gpu_temp_c=Avg("gpu_temp_c"), gpu_count=Max("gpu_count"),
         )
         EngineSample.objects.create(
             replica_id=replica_id,

@@ -24,6 +24,15 @@
   const rate = (v) => (v == null ? "–" : v >= 10 || v === 0 ? Math.round(v).toLocaleString("en-US") : v.toFixed(1));
   const count = (v) => (v == null ? "–" : String(Math.round(v * 10) / 10));
   const percent = (v) => (v == null ? "–" : Math.round(100 * v) + "%");
+  const perCent = (v) => (v == null ? "–" : Math.round(v) + "%");
+  const gib = (mib, unit = true) => {
+    const v = mib / 1024;
+    const figure = v < 100 ? v.toFixed(1) : Math.round(v).toLocaleString("en-US");
+    return unit ? `${figure} GiB` : figure;
+  };
+  const gibOf = (used, total) => (used == null ? "–" : total ? `${gib(used, false)} of ${gib(total)}` : gib(used));
+  const watts = (v) => (v == null ? "–" : `${Math.round(v).toLocaleString("en-US")} W`);
+  const celsius = (v) => (v == null ? "–" : `${Math.round(v)} °C`);
   const utc = (iso) => iso.replace(/(Z|[+-]\d\d:\d\d)$/, ""); // charts read naive times as-is
   const clock = (iso) => new Date(iso).toISOString().slice(11, 19);
   const minute = (iso) => new Date(iso).toISOString().slice(0, 16).replace("T", " ");
@@ -108,6 +117,19 @@
       el("td", { class: "num" }, percent(r.prefix_hit_rate))));
     if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "8" }, "No replica has been polled yet.")));
     document.getElementById("replica-rows").replaceChildren(...rows);
+    renderGpus(replicas.filter((r) => r.gpu));
+  }
+
+  // Only the replicas that name a GPU exporter; none of them: no GPU table at all.
+  function renderGpus(replicas) {
+    document.getElementById("gpu-figures").hidden = !replicas.length;
+    document.getElementById("gpu-rows").replaceChildren(...replicas.map((r) => el("tr", {},
+      el("th", { scope: "row" }, r.name),
+      el("td", { class: "num" }, String(r.gpu.gpus)),
+      el("td", { class: "num" }, perCent(r.gpu.utilization_percent)),
+      el("td", { class: "num" }, gibOf(r.gpu.memory_used_mib, r.gpu.memory_total_mib)),
+      el("td", { class: "num" }, watts(r.gpu.power_watts)),
+      el("td", { class: "num" }, celsius(r.gpu.temperature_c)))));
   }
 
   function renderAlerts(alerts) {

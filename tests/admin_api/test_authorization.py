@@ -19,6 +19,7 @@ ENDPOINTS = [
     ("get", "/api/admin/replicas", None),
     ("post", "/api/admin/replicas", {"name": "gpu1", "base_url": "http://127.11.2.4:9", "model": "m"}),
     ("post", "/api/admin/replicas/gpu0/drain", None),
+    ("patch", "/api/admin/replicas/gpu0", {"gpu_metrics_url": "http://127.11.2.9:9400/metrics"}),
     ("get", "/api/admin/alerts", None),
     ("get", "/api/admin/audit", None),
 ]

@@ -24,13 +24,15 @@ from fairness.telemetry import polling
 from tests.support.browser import TABLE_OVERFLOW, sign_in_as_staff
 from tests.support.browser_checks import check_page
 from tests.support.cast import MODEL, STAFF_PASSWORD
+from tests.support.dcgm_exporter import DcgmExporter
 
 User = get_user_model()
 
 
-def busy_portal(cast) -> dict[str, str]:
+def busy_portal(cast, gpu_metrics_url: str = "") -> dict[str, str]:
     """Something on every page: a key in its grace period, one expiring, open and resolved
-    alerts, a draining and a disabled replica beside the live one, a deactivated user."""
+    alerts, a draining and a disabled replica beside the live one (with its GPU exporter, when
+    given), a deactivated user."""
     staff = User.objects.create_user("sam", password=STAFF_PASSWORD, is_staff=True)
     actor = Actor(staff, "127.0.0.1")
     now = timezone.now()
@@ -49,13 +51,15 @@ def busy_portal(cast) -> dict[str, str]:
     Replica.objects.create(name="sim-off", base_url="http://127.0.0.1:9", model="other", enabled=False)
     dora = User.objects.create_user("dora")
     set_user_active(actor, dora, False)
+    Replica.objects.filter(name="sim-a").update(gpu_metrics_url=gpu_metrics_url)
     asyncio.run(polling.poll_once())  # what the poll task does: the replica page shows health
     return {"carol": carol.prefix, "bob": bob.prefix, "carol_unit": f"p{carol.owner_id}.{carol.tier.name}"}
 
 
 @pytest.mark.browser
 def test_every_staff_page_fits_a_phone_and_passes_axe(chromium, gateway, replica, cast, redis_url):
-    found = busy_portal(cast)
+    with DcgmExporter() as exporter:
+        found = busy_portal(cast, exporter.url)
     # The worker stopped ten minutes ago: the staff home's "Background work" shows a problem, long words and all.
     heartbeats.record(redis.Redis.from_url(redis_url), heartbeats.PERIODIC, clock=lambda: time.time() - 600)
     pages = [
@@ -78,6 +82,10 @@ def test_every_staff_page_fits_a_phone_and_passes_axe(chromium, gateway, replica
             check_page(page, gateway.url + path)
         page.goto(gateway.url + "/staff/")
         assert page.locator(".badge.warn", has_text="problem").count() == 1
+        page.goto(gateway.url + "/staff/replicas/")
+        # Only the replica that names an exporter has a GPU line.
+        assert page.locator("tbody .detail.gpu").all_inner_texts() == [
+            "2 GPUs: 71% busy, 141 of 158 GiB, 600 W, hottest 71 °C"]
         assert errors == []
 
 

@@ -10,10 +10,11 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from fairness.accounting import usage_rollup
-from fairness.models import ApiKey, SaturationAlert, UsageHourly, UsageRecord
+from fairness.models import ApiKey, Replica, SaturationAlert, UsageHourly, UsageRecord
 from tests.support.browser_checks import WIDTHS, accessibility_violations, check_page, open_settled, sideways_overflow
 from tests.support.cast import ALICE_PASSWORD, MODEL
-from tests.support.live_load import polling
+from tests.support.dcgm_exporter import DcgmExporter
+from tests.support.live_load import capacity_json, polling
 from tests.support.polling import wait_for
 
 DAY_SPAN = """() => {
@@ -41,14 +42,23 @@ def test_the_capacity_page_fits_a_phone_and_passes_axe(chromium, gateway, replic
         model=MODEL, kind=SaturationAlert.Kind.KV, opened_at=timezone.now(),
         figures={"waiting": 3, "running": 8, "ratio": 0.4, "kv_usage": 0.9644123},
     )
-    with polling():
+    # Its GPUs from a DCGM exporter, beside a replica that names none.
+    Replica.objects.create(name="sim-b", base_url=replica.base_url, model=MODEL, max_num_seqs=8)
+    exporter = DcgmExporter()
+    Replica.objects.filter(pk=replica.pk).update(gpu_metrics_url=exporter.url)
+    with exporter, polling():
         wait_for(lambda: UsageRecord.objects.exists(), timeout=5)
+        wait_for(lambda: any(r["gpu"] for r in capacity_json(gateway.url)["replicas"]), timeout=15,
+                 what="a poll with the GPU's figures")
         with chromium() as browser:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             check_page(page, gateway.url + "/capacity/")
 
+            gpus = page.locator("#gpu-rows tr")
+            assert gpus.count() == 1  # sim-b names no exporter: no row, no empty cells
+            assert gpus.first.inner_text().split("\t") == ["sim-a", "2", "71%", "141 of 158 GiB", "600 W", "71 °C"]
             ttft = page.locator("#ttft-rows").inner_text()
             assert "interactive\t180 ms\t900 ms\t4" in ttft and "batch\t65 s\t65 s\t1" in ttft
             assert "KV cache 96% full" in page.locator("#alerts").inner_text()

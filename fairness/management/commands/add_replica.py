@@ -21,6 +21,9 @@ class Command(AuditedCommand):
                             help="embedding: an embedding model (vLLM --runner pooling), for /v1/embeddings only")
         parser.add_argument("--policy", default=Replica.Policy.FCFS, choices=Replica.Policy.values)
         parser.add_argument("--api-key", default="")
+        parser.add_argument("--gpu-metrics-url", default=None,
+                            help="Its GPU's DCGM exporter, e.g. http://10.0.0.5:9400/metrics ('' for none); "
+                            "leave out to keep the one a replica has.")
         parser.add_argument("--tiers", default=None, help="Serve only these tiers, e.g. interactive,batch "
                             "('' for every tier); leave out to keep the ones a replica has.")
 
@@ -32,6 +35,8 @@ class Command(AuditedCommand):
             "model_kind": opts["model_kind"],
             "scheduling_policy": opts["policy"], "api_key": opts["api_key"], "enabled": True,
         }
+        if opts["gpu_metrics_url"] is not None:
+            fields["gpu_metrics_url"] = opts["gpu_metrics_url"]
         changed = {f: v for f, v in fields.items() if replica.pk is None or getattr(replica, f) != v}
         for field, value in fields.items():
             setattr(replica, field, value)

@@ -84,6 +84,17 @@ class ModelCapacity(Schema):
     samples: int
 
 
+class GpuOut(Schema):
+    """The replica's GPUs, from its DCGM exporter: one figure for all of them."""
+
+    gpus: int  # how many GPUs the figures cover
+    utilization_percent: float | None  # the mean over its GPUs
+    memory_used_mib: float | None  # framebuffer, summed over its GPUs
+    memory_total_mib: float | None
+    power_watts: float | None  # summed
+    temperature_c: float | None  # the hottest GPU's
+
+
 class ReplicaOut(Schema):
     name: str
     model: str
@@ -96,6 +107,7 @@ class ReplicaOut(Schema):
     max_num_seqs: int
     draining: bool
     polled_at: dt.datetime
+    gpu: GpuOut | None = None  # null: it names no GPU exporter, or the exporter gave nothing usable
 
 
 class ModelWaitOut(Schema):
@@ -166,7 +178,7 @@ class SeriesOut(Schema):
 
 def _replica(row: dict[str, Any], draining: set[str]) -> ReplicaOut:
     return ReplicaOut(polled_at=dt.datetime.fromtimestamp(row["taken_at"], tz=dt.UTC),
-                      draining=row["name"] in draining, **{
+                      draining=row["name"] in draining, gpu=row.get("gpu"), **{
         k: row[k] for k in ("name", "model", "healthy", "running", "waiting", "kv_usage", "generation_tps",
                             "prefix_hit_rate", "max_num_seqs")
     })

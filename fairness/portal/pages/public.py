@@ -29,6 +29,7 @@ async def capacity(request: HttpRequest) -> HttpResponse:
     context = {
         "now": now,
         "waiting": now.totals.waiting_engine + now.totals.waiting_gateway,
+        "gpu_rows": [r for r in now.replicas if r.gpu],  # a replica with no GPU exporter shows none
         "ttft": [
             {"tier": t.name, "p50": ms_in_words(t.ttft_p50_ms), "p95": ms_in_words(t.ttft_p95_ms),
              "requests": t.ttft_requests}

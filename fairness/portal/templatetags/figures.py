@@ -9,7 +9,7 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from fairness.telemetry import alert_words
+from fairness.telemetry import alert_words, gpu_metrics
 
 register = template.Library()
 
@@ -37,6 +37,34 @@ def percent(value: float | None) -> str:
     if value is None:
         return NONE
     return f"{100 * value:.0f}%"
+
+
+@register.filter
+def per_cent(value: float | None) -> str:
+    """A figure already in per cent (a GPU's utilisation), where `percent` takes a fraction."""
+    if value is None:
+        return NONE
+    return f"{value:.0f}%"
+
+
+@register.filter
+def gib_of(used_mib: float | None, total_mib: float | None) -> str:
+    """GPU memory: "141 of 158 GiB", or "141 GiB" when the total is not known."""
+    if used_mib is None:
+        return NONE
+    if not total_mib:
+        return gpu_metrics.gib(used_mib)
+    return f"{gpu_metrics.gib(used_mib, unit=False)} of {gpu_metrics.gib(total_mib)}"
+
+
+@register.filter
+def watts(value: float | None) -> str:
+    return NONE if value is None else f"{value:,.0f} W"
+
+
+@register.filter
+def celsius(value: float | None) -> str:
+    return NONE if value is None else f"{value:.0f} °C"
 
 
 @register.filter

@@ -412,6 +412,9 @@ def update_tier(request: AdminApiRequest, name: str, data: TierPatch) -> TierSch
 
 # -- replicas -----------------------------------------------------------------------------------
 
+GPU_EXPORTER = "Its GPU's DCGM exporter, e.g. http://10.0.0.5:9400/metrics; empty for none."
+
+
 class ReplicaIn(Input):
     name: str = Field(min_length=1, max_length=60, pattern=r"^[-a-zA-Z0-9_]+$")
     base_url: str = Field(max_length=200)
@@ -421,7 +424,12 @@ class ReplicaIn(Input):
     max_num_seqs: int = Field(8, ge=1, le=100_000)
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     api_key: str = Field("", max_length=200)
+    gpu_metrics_url: str = Field("", max_length=200, description=GPU_EXPORTER)
     tiers: list[str] = Field(default_factory=list, description="Tier names; empty serves every tier.")
+
+
+class ReplicaPatch(Input):
+    gpu_metrics_url: str = Field(max_length=200, description=GPU_EXPORTER)
 
 
 class ReplicaOut(Schema):
@@ -434,6 +442,7 @@ class ReplicaOut(Schema):
     scheduling_policy: str
     enabled: bool
     draining: bool
+    gpu_metrics_url: str
     tiers: list[str]
 
 
@@ -464,6 +473,18 @@ def add_replica(request: AdminApiRequest, data: ReplicaIn) -> Status[ReplicaOut]
     except ValidationError as exc:
         raise invalid(exc) from None
     return Status(201, replica_out(replica))
+
+
+@router.patch("/replicas/{name}", response=ReplicaOut, summary="Name (or clear) a replica's GPU exporter")
+def update_replica(request: AdminApiRequest, name: str, data: ReplicaPatch) -> ReplicaOut:
+    replica = get_object_or_404(Replica.objects.prefetch_related("tiers"), name=name)
+    replica.gpu_metrics_url = data.gpu_metrics_url
+    try:
+        replica.full_clean()
+        save_replica(actor(request), replica, {"gpu_metrics_url": data.gpu_metrics_url})
+    except ValidationError as exc:
+        raise invalid(exc) from None
+    return replica_out(replica)
 
 
 @router.post("/replicas/{name}/{state}", response=ReplicaOut, summary="enable, disable, or drain a replica")

@@ -5,7 +5,7 @@ fairness.actions, which writes the audit log."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.contrib import messages
@@ -16,13 +16,14 @@ from django.views.decorators.http import require_safe
 
 from fairness.actions import replicas as replica_actions
 from fairness.actions.replicas import save_replica, set_replica_state
-from fairness.models import Replica
+from fairness.models import EngineSample, Replica
 from fairness.portal import replica_probe
 from fairness.portal.forms import ReplicaPageForm as ReplicaForm
 from fairness.portal.pages.common import page_actor, staff_required
 from fairness.portal.reports.queries import last_samples
 from fairness.portal.signed_in import SignedInRequest
-from fairness.telemetry import polling
+from fairness.telemetry import gpu_metrics, polling
+from fairness.telemetry.gpu_metrics import GpuFigures
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -49,8 +50,16 @@ def replicas(request: SignedInRequest) -> HttpResponse:
     # A disabled replica is no longer polled: its last stored sample stands in for a reading.
     last = last_samples(r.pk for r in rows if r.name not in readings)
     return render(request, "staff/replicas.html", {
-        "rows": [(replica, readings.get(replica.name), last.get(replica.pk)) for replica in rows],
+        "rows": [(replica, readings.get(replica.name), last.get(replica.pk),
+                  _gpu(readings.get(replica.name), last.get(replica.pk))) for replica in rows],
     })
+
+
+def _gpu(reading: dict[str, Any] | None, last: EngineSample | None) -> GpuFigures | None:
+    """What its GPU exporter said at the last poll (or, no longer polled, in its last sample)."""
+    if reading is not None:
+        return GpuFigures.from_json(reading.get("gpu"))
+    return GpuFigures.from_sample(last) if last is not None else None
 
 
 def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpResponse | None:
@@ -62,6 +71,8 @@ def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpR
         form.add_error(None, exc)
         return None
     messages.success(request, f"{'Added' if creating else 'Saved'} replica {replica}.")
+    if replica.gpu_metrics_url and "gpu_metrics_url" in form.changed_data:
+        _say_what_the_exporter_said(request, replica)
     if form.engine is None:  # nothing the engine would answer differently: it was not asked
         return redirect("staff-replicas")
     if creating or any(before[name] != getattr(replica, name) for name in PROBED_FIELDS):
@@ -74,6 +85,17 @@ def _saved(request: SignedInRequest, form: ReplicaForm, creating: bool) -> HttpR
     if crowded:
         messages.warning(request, crowded)
     return redirect("staff-replicas")
+
+
+def _say_what_the_exporter_said(request: SignedInRequest, replica: Replica) -> None:
+    """One look at a newly named GPU exporter, so a wrong address shows now rather than as a
+    missing line later. Its figures or a warning, never its answer (as the engine's probe)."""
+    figures = async_to_sync(gpu_metrics.scrape)(replica.gpu_metrics_url)
+    if figures is None:
+        messages.warning(request, f"The GPU exporter at {replica.gpu_metrics_url} gave no GPU figures: check the "
+                                  "address (dcgm-exporter serves /metrics, on port 9400 unless told otherwise).")
+    else:
+        messages.info(request, f"The GPU exporter answered: {figures.in_words()}.")
 
 
 @staff_required
