@@ -142,6 +142,14 @@ CAPACITY_REFITTED_AT = PREFIX + ":capacity:refitted-at"
 WORKER_HEARTBEATS = PREFIX + ":workers:heartbeats"
 
 
+def task_lock(task: str) -> str:
+    """String: the random token of the periodic task's run that holds it (store/task_locks.py),
+    SET NX PX by the run that starts; deleted by that run when it ends, or kept until its spacing
+    after the start (the poll: most of GP_POLL_SECONDS); otherwise it expires after the task's
+    longest run, so a worker that died holding it delays the task by that much at most."""
+    return f"{PREFIX}:task-lock:{task}"
+
+
 def telemetry_snapshot(replica_name: str) -> str:
     """String: a replica's last parsed scrape as JSON, the base of the next poll's rates."""
     return f"{PREFIX}:telemetry:snapshot:{replica_name}"

@@ -191,8 +191,17 @@ async def send_notices(now: float | None = None) -> int:
         return [s for s in status_of(budgets, now)
                 if s.fraction >= SOFT_LIMIT and s.budget.noticed_period != s.window.field]
 
+    def claim(status: BudgetStatus) -> bool:
+        """Mark the window noticed before telling anyone: of two checks at once (two beats, a
+        slow run overlapping the next), only the one whose update lands sends the notice."""
+        field = status.window.field
+        return bool(Budget.objects.filter(pk=status.budget.pk).exclude(noticed_period=field)
+                    .update(noticed_period=field))
+
     sent = 0
     for status in await sync_to_async(due)():
+        if not await sync_to_async(claim)(status):
+            continue
         text = notice_text(status)
         recipients = await sync_to_async(_recipients)(status.budget)
         if recipients:
@@ -200,7 +209,6 @@ async def send_notices(now: float | None = None) -> int:
         await alerts.deliver_webhook({"event": "budget_soft_limit", "budget": status.budget.pk,
                                       "holder": status.budget.holder_name, "fraction": status.fraction,
                                       "text": text})
-        await sync_to_async(Budget.objects.filter(pk=status.budget.pk).update)(noticed_period=status.window.field)
         sent += 1
     return sent
 

@@ -43,6 +43,14 @@ async def read_fleet(client: redis.asyncio.Redis) -> Fleet:
     return Fleet(directory.all, healthy, max(polls, default=None))
 
 
+def queued_per_model(fleet: Fleet, live: Stats) -> dict[str, int]:
+    """Requests waiting in the gateway's queue per model, every configured model (0 for none)."""
+    per_model: dict[str, int] = defaultdict(int, {r.model: 0 for r in fleet.replicas})
+    for group, figures in live["groups"].items():
+        per_model[group.split("@")[0]] += figures["queued"]  # "model@replicas": a deployment of it
+    return dict(per_model)
+
+
 def families(fleet: Fleet, live: Stats) -> Iterator[Metric]:
     up = GaugeMetricFamily(
         "gpuportal_replica_up",
@@ -69,10 +77,7 @@ def families(fleet: Fleet, live: Stats) -> Iterator[Metric]:
         "Requests waiting in the gateway's queue for the model (every deployment of it).",
         labels=["model"],
     )
-    per_model: dict[str, int] = defaultdict(int, {r.model: 0 for r in fleet.replicas})
-    for group, figures in live["groups"].items():
-        per_model[group.split("@")[0]] += figures["queued"]  # "model@replicas": a deployment of it
-    for model, count in sorted(per_model.items()):
+    for model, count in sorted(queued_per_model(fleet, live).items()):
         queued.add_metric([model], count)
     yield from (up, slots, in_flight, queued)
     if fleet.last_poll is not None:

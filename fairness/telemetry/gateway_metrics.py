@@ -16,6 +16,7 @@ import hmac
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
@@ -45,7 +46,7 @@ from fairness.scheduling.admission import admission_stats
 from fairness.scheduling.live_counts import Stats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_async
-from fairness.telemetry import fleet_gauges
+from fairness.telemetry import expected_waits, fleet_gauges
 
 if TYPE_CHECKING:
     # prometheus_client leaves this one untyped: what the checker is to see.
@@ -63,6 +64,7 @@ class Snapshot:
     tiers: list[str]  # every configured tier, so idle ones read 0 rather than vanish
     backlog: usage.Backlog = usage.Backlog(0, 0)
     fleet: fleet_gauges.Fleet = fleet_gauges.Fleet()
+    waits: dict[str, float] = dataclass_field(default_factory=dict)  # model -> expected wait (s)
 
 
 async def snapshot() -> Snapshot:
@@ -70,8 +72,9 @@ async def snapshot() -> Snapshot:
     counters = {_str(k): float(v) for k, v in raw.items()}
     live = await admission_stats(redis_async())  # also reaps dead processes' leases
     tiers = [name async for name in Tier.objects.values_list("name", flat=True)]
-    return Snapshot(counters, live, tiers, await usage.read_backlog(redis_async()),
-                    await fleet_gauges.read_fleet(redis_async()))
+    fleet = await fleet_gauges.read_fleet(redis_async())
+    waits = await expected_waits.expected_waits(redis_async(), fleet_gauges.queued_per_model(fleet, live))
+    return Snapshot(counters, live, tiers, await usage.read_backlog(redis_async()), fleet, waits)
 
 
 class GatewayCollector(Collector):
@@ -142,6 +145,7 @@ class GatewayCollector(Collector):
         yield from self._usage_backlog()
         yield from self._live()
         yield from fleet_gauges.families(self.snap.fleet, self.snap.live)
+        yield expected_waits.family(self.snap.waits)
         yield GaugeMetricFamily("gpuportal_redis_up", _REDIS_UP_HELP, value=1)
 
     def _usage_backlog(self) -> Iterator[Metric]:

@@ -1,4 +1,12 @@
-"""Celery tasks: thin loops over the units that do the work."""
+"""Celery tasks: thin loops over the units that do the work.
+
+A second Celery beat must be harmless, so each task either is idempotent or runs alone
+(store/task_locks.py): the usage flush drains under a lock of its own; the poll runs alone and at
+most once per poll period (its samples, rates, alerts and refit are per period); compaction runs
+alone (two would both average the same rows); pruning, the fair-share save (a restore marked
+done in Redis, an upsert), the budget check (its restore is SET NX, each notice claimed in the
+database before it goes) and the expiry notices (claimed per key) are idempotent.
+"""
 
 import asyncio
 import datetime as dt
@@ -11,7 +19,7 @@ from django.utils import timezone
 
 from fairness.accounting import fair_share_usage, key_expiry, usage, usage_rollup
 from fairness.gateway import engine_client
-from fairness.store import heartbeats, keyspace
+from fairness.store import heartbeats, keyspace, task_locks
 from fairness.store.redis_clients import redis_async, redis_sync
 from fairness.telemetry import alerts, budget_status, capacity_store, polling
 
@@ -51,20 +59,36 @@ async def poll_and_publish(refit_every: float = 15.0) -> int:
         await engine_client.aclose()
 
 
+# The longest a poll may run (every replica's deadline is GP_POLL_TIMEOUT_SECONDS, at once): past
+# it another run may start. Short, so a worker killed mid-poll stalls the polls only this long.
+POLL_LOCK_SECONDS = 30.0
+# A run keeps the poll's lock this share of GP_POLL_SECONDS after its start: a second beat's send
+# within the period finds it held, and one beat's next send, a period later, does not.
+POLL_SPACING_SHARE = 0.75
+
+
 @shared_task(name="fairness.poll_engines", expires=10)
 def poll_engines() -> int:
     # The most frequent periodic task: its heartbeat says beat and this worker are running.
     heartbeats.record(redis_sync(), heartbeats.PERIODIC)
-    return asyncio.run(poll_and_publish())
+    lifetime = max(POLL_LOCK_SECONDS, 2 * settings.GP_POLL_TIMEOUT_SECONDS)
+    spacing = POLL_SPACING_SHARE * settings.GP_POLL_SECONDS
+    with task_locks.run_alone(redis_sync(), "poll_engines", lifetime, spacing) as mine:
+        return asyncio.run(poll_and_publish()) if mine else 0
 
 
 @shared_task(name="fairness.compact_samples")
 def compact_samples() -> int:
-    return polling.compact_samples(
-        timezone.now(),
-        raw_for=dt.timedelta(hours=settings.GP_SAMPLES_RAW_HOURS),
-        keep_for=dt.timedelta(days=settings.GP_SAMPLES_RETENTION_DAYS),
-    )
+    # Its lock outlives the longest compaction (the schedule's 5 minutes of samples, or an hour's
+    # backlog after a stop); a run after it finds nothing left to average.
+    with task_locks.run_alone(redis_sync(), "compact_samples", lifetime=900.0) as mine:
+        if not mine:
+            return 0
+        return polling.compact_samples(
+            timezone.now(),
+            raw_for=dt.timedelta(hours=settings.GP_SAMPLES_RAW_HOURS),
+            keep_for=dt.timedelta(days=settings.GP_SAMPLES_RETENTION_DAYS),
+        )
 
 
 @shared_task(name="fairness.prune_usage")

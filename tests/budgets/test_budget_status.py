@@ -3,9 +3,11 @@ them, and their one-time notice at 80%."""
 
 import asyncio
 import datetime as dt
+import threading
 
 import pytest
 import redis
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -93,3 +95,32 @@ def test_a_raise_counts_what_its_holder_used_before_it_and_leaves_it_behind(redi
     # One holder, one period, one count: what the raise lets through counts when it ends.
     (standing_status,) = budget_status.status_of([standing])
     assert standing_status.window.field == raise_status.window.field
+
+
+def test_two_checks_at_once_send_the_soft_limit_notice_once(redis_url, cast, nlp, mailoutbox, settings,
+                                                            monkeypatch):
+    settings.GP_ALERT_WEBHOOK_URL = ""
+    Budget.objects.create(account=nlp, tokens=300, period=Budget.Period.MONTH)
+    record(cast["alice"], 200, 25, timezone.now())  # 250 of 300
+    budget_status.restore_if_lost()
+    # Both checks have found the budget due before either tells anyone, as two beats' runs may.
+    both_looked = threading.Barrier(2)
+    looked = budget_status.in_force
+
+    def in_force_then_wait(*args):
+        found = looked(*args)
+        both_looked.wait(timeout=10)
+        return found
+
+    monkeypatch.setattr(budget_status, "in_force", in_force_then_wait)
+    sent: list[int] = []
+    # Each check's database work on its own thread, as on two workers (async_to_sync runs it there).
+    checks = [threading.Thread(target=lambda: sent.append(async_to_sync(budget_status.send_notices)()))
+              for _ in range(2)]
+    for check in checks:
+        check.start()
+    for check in checks:
+        check.join(timeout=30)
+
+    assert sorted(sent) == [0, 1]
+    assert len(mailoutbox) == 1

@@ -23,7 +23,7 @@ from fairness.models import Replica, Tier
 from fairness.scheduling.live_counts import person_load
 from tests.support.cast import MODEL, Member
 from tests.support.gateway_process import GatewayProcess
-from tests.support.live_admission import chat_body, nothing_held
+from tests.support.live_admission import chat_body, nothing_held, peak_overlap
 from tests.support.polling import async_wait_for, wait_for
 from tests.support.processes import start_gateway
 
@@ -261,3 +261,37 @@ def test_a_stream_past_the_grace_period_is_cut_off_and_its_lease_returned(card, 
     assert leaving.wait_exit(timeout=GRACE + 3) in EXITED
     assert all_returned(redis_client)  # given back on the way out, not left to expire
     wait_for(lambda: card.stats()["running"] == 0, timeout=5, what="the engine to drop the cut-off stream")
+
+
+def test_one_person_s_cap_holds_across_two_hosts_while_one_drains_and_the_other_serves(
+    card, gateways, redis_client, cast
+):
+    """Two gateways as two hosts behind a balancer: fay's requests go to both, her cap of 2 holds
+    at the engine throughout, the draining host finishes hers, and the other serves everyone."""
+    tier = Tier.objects.create(name="pair", per_key_concurrency=2, max_queued_per_key=16)
+    user = get_user_model().objects.create(username="fay")
+    key, secret = issue_key(user, tier)
+    fay, alice = Member("fay", tier.name, secret, key.pk, key.owner_id), cast["alice"]
+    leaving, staying = gateways("host-a"), gateways("host-b")
+
+    async def scenario() -> tuple[list[Outcome], list[Outcome], Outcome]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            draining = [asyncio.create_task(stream_chat(client, leaving.url, fay, SHORT)) for _ in range(2)]
+            await until(lambda: card.stats()["running"] == 2, "fay's 2 streams through host a on the card")
+            queued = [asyncio.create_task(stream_chat(client, staying.url, fay, 2)) for _ in range(4)]
+            await until(lambda: load(redis_client, fay) == (2, 4), "fay's 4 more held by her cap on host b")
+            leaving.terminate()
+            await until(lambda: refuses_connections(leaving.port), "host a to refuse connections")
+            served = await stream_chat(client, staying.url, alice, 2)  # someone else, meanwhile
+            return await asyncio.gather(*draining), await asyncio.gather(*queued), served
+
+    finished, after, served = asyncio.run(scenario())
+
+    assert all(o.status == 200 and o.complete and o.content_chunks == SHORT for o in finished)
+    assert leaving.wait_exit(timeout=EXIT_BOUND) in EXITED
+    assert all(o.status == 200 and o.complete for o in after)
+    assert served.status == 200 and served.complete
+    assert served.ended_at < max(o.ended_at for o in finished)  # served while host a still drained
+    log = [entry for entry in card.requests() if entry["user"] == "fay"]
+    assert len(log) == 6
+    assert peak_overlap(log) == 2  # her cap, counted across both hosts, at the engine

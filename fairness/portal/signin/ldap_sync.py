@@ -24,6 +24,8 @@ from fairness.models import AuditEntry
 from fairness.portal.signin import group_sync
 from fairness.portal.signin.ldap_backend import follow_groups
 from fairness.portal.signin.ldap_directory import DirectoryUnavailable, Person, connection, look_up
+from fairness.store import task_locks
+from fairness.store.redis_clients import redis_sync
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -91,6 +93,9 @@ def sync_directory() -> DirectorySync:
 
 @shared_task(name="fairness.sync_ldap_users", expires=600)
 def sync_ldap_users() -> dict[str, object]:
-    report = sync_directory()
+    # Alone (a second beat's run would withdraw and audit the same people twice); the lock
+    # outlives a slow directory's pass.
+    with task_locks.run_alone(redis_sync(), "sync_ldap_users", lifetime=1800.0) as mine:
+        report = sync_directory() if mine else DirectorySync(changed_nothing="another sync is running")
     return {"checked": report.checked, "gone": report.gone, "without_access": report.without_access,
             "changed_nothing": report.changed_nothing}
