@@ -3,6 +3,7 @@ proxy (per-key max_parallel_requests, Redis), all against one enginesim in --ins
 
     .venv/bin/python -m bench.overhead [--quick] [--rounds N] [--load-processes N] [--no-profile]
                                        [--baseline TREE]
+    .venv/bin/python -m bench.overhead --tracing [--quick]   (tracing off against on: overhead_tracing.py)
 
 Systems, measured in turn (rotated every round, so the box's other work hits all alike):
   direct        straight to the engine
@@ -558,7 +559,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true", help="leave every process free to use any core")
     parser.add_argument("--baseline", type=Path, metavar="TREE",
                         help="also measure the gateway of this earlier checkout (git worktree add TREE COMMIT)")
+    parser.add_argument("--tracing", action="store_true",
+                        help="instead, tracing off against on (OTLP to a loopback receiver that drops it), "
+                             "paired at c=1: bench/overhead_tracing.py")
     args = parser.parse_args(argv)
+    if args.tracing:
+        from bench import overhead_tracing
+
+        name = "overhead-tracing" if args.name == "overhead" else args.name
+        return overhead_tracing.main(args.quick, args.rounds, not args.no_pin, name)
     cleanup_on_sigterm()
     cfg = Config.make(args.quick, args.load_processes)
     if args.rounds:

@@ -99,6 +99,9 @@ class EngineSimApp:
         self._bearer = f"Bearer {config.api_key}".encode() if config.api_key else None
         # Who was in the engine when: the ground truth for tests of the gateway's caps.
         self.request_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
+        # The W3C traceparent of each request that sent one, as vLLM's own spans would take it as
+        # their parent (--otlp-traces-endpoint): tests check the gateway passes its trace on.
+        self.traceparents: collections.deque[str] = collections.deque(maxlen=1_000)
         self.stored_responses: dict[str, StoredResponse] = {}  # in memory only, as vLLM's
         # As vLLM: a pooling model's server has no generation routes, a generating one no pooling ones.
         served: dict[tuple[str, str], Handler] = (
@@ -120,6 +123,7 @@ class EngineSimApp:
             ("GET", "/sim/stats"): self._stats,
             ("POST", "/sim/reset-peak"): self._reset_peak,
             ("GET", "/sim/requests"): self._requests,
+            ("GET", "/sim/traceparents"): self._traceparents,
             ("GET", "/sim/faults"): self._get_faults,
             ("POST", "/sim/faults"): self._set_faults,
         }
@@ -146,6 +150,9 @@ class EngineSimApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
+        for name, value in scope["headers"]:
+            if name == b"traceparent":
+                self.traceparents.append(value.decode("latin-1"))
         handler = self._routes.get((scope["method"], path))
         if handler is None and scope["method"] == "GET" and path.startswith("/v1/responses/") and (
                 self.config.runner != "pooling"):
@@ -238,6 +245,9 @@ class EngineSimApp:
         """Every timed request since the last reset: user, priority, cache salt, arrival, end
         (monotonic)."""
         await respond(send, 200, dumps(list(self.request_log)))
+
+    async def _traceparents(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, dumps(list(self.traceparents)))
 
     async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, dumps(self.faults.as_dict()))

@@ -580,8 +580,65 @@ class Replica(models.Model):
         return self.name
 
 
+class UsageRecordQuerySet(models.QuerySet["UsageRecord"]):
+    """The request log's queries (the staff page, one's own, their CSV): newest first, a page at
+    a time by keyset on (created_at, id), so a page deep in a table of millions costs what the
+    first does. With a person, the (person, created_at) index answers it."""
+
+    def matching(
+        self, *, person_id: int | None = None, key_prefix: str = "", model: str = "", status: int | None = None,
+        ended: str = "", start: dt.datetime | None = None, end: dt.datetime | None = None,
+    ) -> UsageRecordQuerySet:
+        """The rows the log's filters pick (empty or None: any); `end` is not included."""
+        rows = self
+        if person_id is not None:
+            rows = rows.filter(person_id=person_id)
+        if key_prefix:
+            rows = rows.filter(key__prefix=key_prefix)
+        if model:
+            rows = rows.filter(model=model)
+        if status is not None:
+            rows = rows.filter(status=status)
+        if ended:
+            rows = rows.filter(ended=ended)
+        if start is not None:
+            rows = rows.filter(created_at__gte=start)
+        if end is not None:
+            rows = rows.filter(created_at__lt=end)
+        return rows
+
+    def newest_first(self) -> UsageRecordQuerySet:
+        return self.order_by("-created_at", "-id")
+
+    def older_than(self, at: dt.datetime, row_id: int) -> UsageRecordQuerySet:
+        """The rows after (at, row_id) in newest-first order. Written as a range on created_at
+        and then the tie, so the index's range scan does the work (an OR alone defeats it)."""
+        return self.filter(created_at__lte=at).filter(
+            models.Q(created_at__lt=at) | models.Q(id__lt=row_id)).newest_first()
+
+    def newer_than(self, at: dt.datetime, row_id: int) -> UsageRecordQuerySet:
+        """The rows before (at, row_id) in newest-first order, nearest first (oldest first)."""
+        return self.filter(created_at__gte=at).filter(
+            models.Q(created_at__gt=at) | models.Q(id__gt=row_id)).order_by("created_at", "id")
+
+
 class UsageRecord(models.Model):
-    """One proxied request, written in batches off the request path."""
+    """One proxied request, written in batches off the request path: also the request log (what
+    happened to a request: what held it, how it ended). It never holds a prompt or an answer."""
+
+    class HeldBy(models.TextChoices):
+        # The names admission gives (scheduling/admission.py HELD_BY; a test holds them together).
+        PERSON_CAP = "person_cap", "own cap"
+        TIER_POOL = "tier_pool", "tier pool"
+        NO_SLOT = "no_slot", "no free slot"
+        FAIR_SHARE_ORDER = "fair_share_order", "others ahead"
+
+    class Ended(models.TextChoices):
+        DONE = "done", "done"
+        CLIENT_GONE = "client_gone", "client went away"
+        ENGINE_ERROR = "engine_error", "engine error"
+        REFUSED = "refused", "refused"
+        SHUTDOWN = "shutdown", "cut off at shutdown"
 
     key = models.ForeignKey(ApiKey, models.CASCADE, related_name="usage")
     # Who asked: the key's owner, or the person a front-end key spoke for. (Null only for a row
@@ -624,7 +681,23 @@ class UsageRecord(models.Model):
         help_text="engine (its usage counts), events (content events relayed before the client left), "
         "unknown (a whole answer abandoned before it came: 0); blank before it was recorded.",
     )
-    created_at = models.DateTimeField(db_index=True)
+    held_by = models.CharField(
+        max_length=16, blank=True, choices=HeldBy.choices,
+        help_text="What held it in the queue when it waited (the last reason admission gave); blank: it never "
+        "waited, or it ran before this was recorded.",
+    )
+    refusal = models.CharField(
+        max_length=32, blank=True,
+        help_text="Admission's code when it refused the request (queue_full, queue_timeout, rate_limited, "
+        "budget_exceeded); blank otherwise.",
+    )
+    ended = models.CharField(
+        max_length=12, blank=True, choices=Ended.choices,
+        help_text="How it ended; blank before this was recorded.",
+    )
+    created_at = models.DateTimeField(db_index=True)  # when it arrived (the event's `at`)
+
+    objects = UsageRecordQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

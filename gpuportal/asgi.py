@@ -13,6 +13,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 django_pages = get_asgi_application()
 
 from fairness.batch.routes import streamed_routes  # noqa: E402
+from fairness.gateway import tracing  # noqa: E402
 from fairness.gateway.api_paths import is_api_path  # noqa: E402
 from fairness.gateway.asgi import GatewayApp  # noqa: E402  (needs the apps loaded above)
 from fairness.portal.body_limit import limit_body  # noqa: E402
@@ -28,5 +29,7 @@ async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         return await gateway.lifespan(receive, send)
     if scope["type"] == "http" and is_api_path(scope["path"]):
+        if tracing.ENABLED:  # off by default: this check is all it costs (docs/operations.md "Tracing")
+            return await tracing.serve(gateway, scope, receive, send)
         return await gateway(scope, receive, send)
     return await pages(scope, receive, send)

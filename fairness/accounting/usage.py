@@ -187,6 +187,9 @@ def _row(event: UsageEvent) -> UsageRecord:
         membership_id=event.get("membership_id"),
         prompt_count_source=str(event.get("prompt_count_source", ""))[:12],
         completion_count_source=str(event.get("completion_count_source", ""))[:12],
+        held_by=str(event.get("held_by", ""))[:16],
+        refusal=str(event.get("refusal", ""))[:32],
+        ended=str(event.get("ended", ""))[:12],
         created_at=dt.datetime.fromtimestamp(event["at"], tz=dt.UTC),
     )
 

@@ -54,7 +54,7 @@ from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.models import Batch, BatchLine, BatchLineState, BatchStatus
-from fairness.scheduling.admission import Admission, Demand, Grant
+from fairness.scheduling.admission import Admission, Demand, Grant, OnHold
 from fairness.scheduling.directory import ReplicaDirectory
 from fairness.store.redis_lane import Command
 
@@ -107,14 +107,14 @@ class GrantWatch:
         self._lines: dict[str, LineInFlight] = {}  # lease id -> its line
         admission.on_revoke = self._revoke
 
-    async def acquire(self, demand: Demand, handle: str | None = None) -> Grant:
-        grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow), handle)
+    async def acquire(self, demand: Demand, handle: str | None = None, on_hold: OnHold | None = None) -> Grant:
+        grant = await self._admission.acquire(dataclasses.replace(demand, revocable=demand.borrow), handle, on_hold)
         self._granted(grant)
         return grant
 
-    async def move(self, grant: Grant, avoid: str) -> Grant:
+    async def move(self, grant: Grant, avoid: str, on_hold: OnHold | None = None) -> Grant:
         self._mark(False)
-        moved = await self._admission.move(grant, avoid)
+        moved = await self._admission.move(grant, avoid, on_hold)
         self._granted(moved)
         return moved
 

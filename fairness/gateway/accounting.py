@@ -65,6 +65,12 @@ class UsageEvent(TypedDict):
     # Where the counts came from (abandoned_work.py); events from before they were recorded lack them.
     prompt_count_source: NotRequired[str]
     completion_count_source: NotRequired[str]
+    # The request log's (lifecycle.py): what held it in the queue (admission.HELD_BY; absent: it
+    # never waited), admission's code when it refused it (absent: it did not), and how it ended
+    # (ENDINGS; events from before it was recorded lack it).
+    held_by: NotRequired[str]
+    refusal: NotRequired[str]
+    ended: NotRequired[str]
 
 
 USAGE_PUSHED = "usage|pushed"

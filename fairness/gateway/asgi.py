@@ -36,7 +36,14 @@ import redis.exceptions
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 
-from fairness.gateway import anthropic_shape, queue_views, responses_views, tokenizer_views, views
+from fairness.gateway import (
+    anthropic_shape,
+    queue_views,
+    responses_views,
+    tokenizer_views,
+    tracing,
+    views,
+)
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError, ErrorResponse
 from fairness.gateway.http_counts import CLIENT_CLOSED, HTTP_COUNTS
@@ -194,6 +201,8 @@ class GatewayApp:
 
     def _cut_off(self) -> None:
         self._cutting_off = True
+        if self.runtime is not None:
+            self.runtime.cutting_off = True  # the request log says "shutdown", not "client_gone"
         for task in list(self._requests):
             task.cancel()
 
@@ -290,7 +299,8 @@ class GatewayApp:
         }
         runtime = self._runtime()
         directory = await runtime.refresh()  # a changed config epoch clears the key cache first
-        key = await runtime.keys.authenticate(_authorization(headers))
+        checking = runtime.keys.authenticate(_authorization(headers))
+        key = await (tracing.key_check(checking) if tracing.ENABLED else checking)
         vouch_for(scope)  # a flood of connections that send nothing no longer closes this one
         if key.front_end is not None:
             key = await _spoken_for(runtime, key, scope["path"], headers)

@@ -72,8 +72,11 @@ def translate(exc: httpx.HTTPError, replica: ReplicaInfo) -> ApiError:
     return ApiError(502, f"The engine ({replica.name}) is unreachable.", "upstream_unreachable")
 
 
-async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: str) -> EngineAnswer:
+async def open_stream(
+    replica: ReplicaInfo, path: str, body: bytes, request_id: str, trace_headers: Mapping[str, str] | None = None
+) -> EngineAnswer:
     """POST to the replica and return once the response headers are in; the body streams.
+    `trace_headers`: the engine call's W3C traceparent (tracing.py), so the engine's spans join.
 
     Plain-HTTP engines (the usual case: the same host or a private network) go through the lean
     client; an engine behind TLS through httpx.
@@ -81,6 +84,8 @@ async def open_stream(replica: ReplicaInfo, path: str, body: bytes, request_id: 
     headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
     if replica.api_key:
         headers["Authorization"] = f"Bearer {replica.api_key}"
+    if trace_headers:
+        headers.update(trace_headers)
     try:
         if replica.base_url.startswith("http://"):
             return await engine_http.post(

@@ -14,7 +14,7 @@ from typing import Any
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import abandoned_work, accounting, budget_rules, request_parsing
+from fairness.gateway import abandoned_work, accounting, budget_rules, request_parsing, tracing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
 from fairness.gateway.request_parsing import ProxyRequest
@@ -153,13 +153,17 @@ class RequestLifecycle:
         self.grant: Grant | None = None
         self.refusal: str | None = None  # why admission answered 429, for the rejection count
         self._closed = False
+        # Its spans, when tracing is on (tracing.py); the engine call's traceparent, once bound.
+        self.trace = tracing.request_trace(key, endpoint, model, stream, completion_limit) if tracing.ENABLED else None
+        self.trace_headers: dict[str, str] | None = None
 
     async def admit(self, demand: Demand, handle: str | None = None) -> Grant:
         """Wait for a turn in the ageing queue and a slot on a replica (its lease id `handle`, if
         given); 429 when the key, its tier or the whole deployment queues too much, or it waits
         too long, or the client's own bound is below the wait estimate."""
         try:
-            self.grant = await self.runtime.admits.acquire(demand, handle)
+            acquiring = self.runtime.admits.acquire(demand, handle, self._note_hold)
+            self.grant = await (acquiring if self.trace is None else self.trace.admission(acquiring))
         except QueueFull as exc:
             self.refusal = "queue_full"
             raise ApiError(429, exc.message, "queue_full", retry_after=exc.retry_after) from None
@@ -182,7 +186,7 @@ class RequestLifecycle:
         assert self.grant is not None
         waited = time.perf_counter()
         try:
-            self.grant = await self.runtime.admits.move(self.grant, avoid=failed.name)
+            self.grant = await self.runtime.admits.move(self.grant, failed.name, self._note_hold)
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
         self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
@@ -194,11 +198,18 @@ class RequestLifecycle:
         assert self.grant is not None
         waited = time.perf_counter()
         try:
-            self.grant = await self.runtime.admits.move(self.grant, avoid="")
+            self.grant = await self.runtime.admits.move(self.grant, "", self._note_hold)
         except QueueTimeout as exc:
             raise self._timed_out(exc) from None
         self.event["queued_ms"] += round((time.perf_counter() - waited) * 1000)
         return self.grant
+
+    def _note_hold(self, held_by: str) -> None:
+        """Admission queued the request, held by this (admission.HELD_BY): the last one told is
+        what the request log keeps, whether the grant comes or not (a move granted at once keeps
+        the one before)."""
+        if held_by:
+            self.event["held_by"] = held_by
 
     def _timed_out(self, exc: QueueTimeout) -> ApiError:
         self.refusal = "queue_timeout"
@@ -212,6 +223,8 @@ class RequestLifecycle:
         self.event["replica"] = replica.name
         self.replica = replica
         self.sent_at = time.perf_counter()
+        if self.trace is not None:
+            self.trace_headers = self.trace.engine_call(replica)
 
     async def close(self, status: int, tally: StreamTally | None = None) -> None:
         """Give back and account, once. The Redis work runs in the background: the client
@@ -220,6 +233,8 @@ class RequestLifecycle:
             return
         self._closed = True
         self._finish_event(status, tally)
+        if self.trace is not None:
+            self.trace.closed(self.event, tally)
         if self._left_uncounted():
             self.runtime.in_background(self._count_then_settle())
         else:
@@ -306,6 +321,21 @@ class RequestLifecycle:
         return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
+        self._count_event(status, tally)
+        if self.refusal is not None:
+            self.event["refusal"] = self.refusal
+        self.event["ended"] = self._ending(self.event["status"])
+
+    def _ending(self, status: int) -> str:
+        """How the request ended, for the request log (UsageRecord.Ended). A request cancelled
+        once shutdown cuts off what is still running was cut off, not left by its client."""
+        if status == 499:
+            return "shutdown" if self.runtime.cutting_off else "client_gone"
+        if status < 400:
+            return "done"
+        return "refused" if self.sent_at is None else "engine_error"
+
+    def _count_event(self, status: int, tally: StreamTally | None) -> None:
         event = self.event
         event["status"] = status
         ended = time.perf_counter()

@@ -19,7 +19,7 @@ import redis.asyncio
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import engine_client, health_probes, http_counts
+from fairness.gateway import engine_client, health_probes, http_counts, tracing
 from fairness.gateway.api_keys import KeyCache
 from fairness.gateway.context_lengths import ContextLengths
 from fairness.gateway.front_end_people import FrontEndPeople
@@ -27,7 +27,7 @@ from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
 from fairness.gateway.usage_outbox import UsageOutbox
 from fairness.scheduling import health
-from fairness.scheduling.admission import Admission, Demand, Grant
+from fairness.scheduling.admission import Admission, Demand, Grant, OnHold
 from fairness.scheduling.directory import ReplicaDirectory, ReplicaInfo
 from fairness.store.cancelling import cancel_and_wait
 from fairness.store.config_epoch import EpochWatch
@@ -72,9 +72,9 @@ class Admits(Protocol):
     """What a request's lifecycle asks of admission: the runtime's Admission itself, or a watch
     over it that sees each grant (the batch runner's GrantWatch)."""
 
-    async def acquire(self, demand: Demand, handle: str | None = None) -> Grant: ...
+    async def acquire(self, demand: Demand, handle: str | None = None, on_hold: OnHold | None = None) -> Grant: ...
 
-    async def move(self, grant: Grant, avoid: str) -> Grant: ...
+    async def move(self, grant: Grant, avoid: str, on_hold: OnHold | None = None) -> Grant: ...
 
     async def release(self, grant: Grant, also: Sequence[Command] = (), charge: float = 0.0) -> None: ...
 
@@ -118,6 +118,9 @@ class GatewayRuntime:
         self._counts_task: asyncio.Task[None] | None = None  # flushes the answer counts
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
+        # Set when shutdown cuts off the requests still running (asgi.py): a request cancelled
+        # from then on ended because the gateway stopped, not because its client left.
+        self.cutting_off = False
 
     @classmethod
     def from_settings(cls) -> GatewayRuntime:
@@ -130,6 +133,7 @@ class GatewayRuntime:
         # once took 2 s on two cores busy with their engines, and done at the first probe,
         # they held the event loop, and every request on it, that long.
         await engine_client.prepare()
+        tracing.start()  # once per process, when the environment names a collector
         self._ensure_counts_flushed()
         try:
             await self.refresh()
@@ -157,6 +161,7 @@ class GatewayRuntime:
             await self.lane.aclose()
             await engine_client.aclose()
             await self.redis.aclose()
+            await tracing.stop()  # the spans still buffered, exported within a bound
 
     def in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` to its end even if the request that started it is cancelled; shutdown

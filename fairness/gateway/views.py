@@ -355,7 +355,7 @@ async def _forward(
             max_completion=grant.completion_limit,
         )
         try:
-            response = await engine_client.open_stream(replica, path, data, request_id)
+            response = await engine_client.open_stream(replica, path, data, request_id, lifecycle.trace_headers)
         except ApiError as exc:
             if exc.code == "upstream_timeout":
                 await lifecycle.runtime.request_failed(replica, caller)
@@ -425,6 +425,8 @@ async def _whole_response(
         raise ApiError(502, f"The engine ({replica.name}) sent a garbled response.", "upstream_garbled") from None
     tally = StreamTally(first_byte_at=time.perf_counter(), finished=True)
     tally.take_usage(counts)
+    if lifecycle.trace is not None:
+        lifecycle.trace.finish_reasons(answer)
     if remember is not None and isinstance(answer.get("id"), str):
         await remember(answer["id"])
     await lifecycle.close(200, tally)

@@ -8,6 +8,7 @@ from fairness.portal.pages.me import lab as lab_pages
 from fairness.portal.pages.me import password as account_pages
 from fairness.portal.pages.me import playground as my_playground
 from fairness.portal.pages.me import queue as my_queue_pages
+from fairness.portal.pages.me import requests as my_request_pages
 from fairness.portal.pages.me import standing as my_standing_pages
 from fairness.portal.pages.staff import accounts as staff_account_pages
 from fairness.portal.pages.staff import alerts as staff_alerts
@@ -16,6 +17,7 @@ from fairness.portal.pages.staff import budgets as staff_budget_pages
 from fairness.portal.pages.staff import home as staff_home
 from fairness.portal.pages.staff import keys as staff_keys
 from fairness.portal.pages.staff import replicas as staff_replica_pages
+from fairness.portal.pages.staff import requests as staff_request_pages
 from fairness.portal.pages.staff import signin as staff_signin_pages
 from fairness.portal.pages.staff import storage as staff_storage_pages
 from fairness.portal.pages.staff import tiers as staff_tiers
@@ -39,6 +41,9 @@ urlpatterns = [
     path("me/keys/<str:prefix>/limits/", my_key_pages.limits_key, name="me-key-limits"),
     path("me/standing/", my_standing_pages.standing, name="me-standing"),
     path("me/usage/", my_pages.usage, name="me-usage"),
+    path("me/requests/", my_request_pages.my_requests, name="me-requests"),
+    path("me/requests.csv", my_request_pages.my_requests_csv, name="me-requests-csv"),
+    path("me/requests/<str:request_id>/", my_request_pages.my_request, name="me-request"),
     path("me/lab/", lab_pages.labs, name="me-labs"),
     path("me/lab/<str:name>/", lab_pages.lab, name="me-lab"),
     path("me/usage/daily.json", my_pages.usage_daily, name="me-usage-daily"),
@@ -101,4 +106,7 @@ urlpatterns = [
     path("staff/usage/", staff_usage_pages.usage, name="staff-usage"),
     path("staff/usage.csv", staff_usage_pages.usage_csv, name="staff-usage-csv"),
     path("staff/usage.json", staff_usage_pages.usage_json, name="staff-usage-json"),
+    path("staff/requests/", staff_request_pages.requests_log, name="staff-requests"),
+    path("staff/requests.csv", staff_request_pages.requests_csv, name="staff-requests-csv"),
+    path("staff/requests/<str:request_id>/", staff_request_pages.request_detail, name="staff-request"),
 ]

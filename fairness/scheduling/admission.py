@@ -124,6 +124,11 @@ class Reply(IntEnum):
 # Where a granted or queued reply carries the budget left and the completion limit.
 _BUDGET_LEFT_AT = {Reply.GRANTED: 4, Reply.QUEUED: 3}
 _COMPLETION_LIMIT_AT = {Reply.GRANTED: 5, Reply.QUEUED: 4}
+_HELD_BY_AT = 5  # where a queued reply says what keeps the request waiting (HELD_BY names them)
+# What held a waiting request (acquire.lua answers it with every queued reply): its person's cap,
+# its tier's pool, no free slot with nothing ahead of it, or others ahead of it in the order.
+HELD_BY = ("person_cap", "tier_pool", "no_slot", "fair_share_order")
+OnHold = Callable[[str], None]
 
 
 class _Library(NamedTuple):
@@ -274,6 +279,8 @@ class Grant:
     completion_limit: int | None = None  # the completion limit its budgets left it (demand.completion)
     # The wait estimate made when it queued (s), or None: it never queued, or none could be made.
     queue_estimate: float | None = None
+    # What held it in the queue when it was last told (HELD_BY), or "": it never waited.
+    held_by: str = ""
 
 
 class AdmissionRefused(Exception):
@@ -506,14 +513,17 @@ class Admission:
         self._stated_on[group] = self._lane.connections_opened  # the connection that carried it
         return int(reply) >= 0
 
-    async def acquire(self, demand: Demand, handle: str | None = None) -> Grant:
+    async def acquire(self, demand: Demand, handle: str | None = None, on_hold: OnHold | None = None) -> Grant:
         """Wait for a lease on one of the group's replicas. Cancelling the caller removes its
         ticket at once (or releases the lease it was granted meanwhile). Raises QueueFull (its
         key's, its tier's or the deployment's queue is full), QueueTimeout (WillNotStartInTime
         among them), BudgetExceeded or RateLimited. `handle`: the lease id to use (new_handle()),
-        for a caller that asks about its ticket (ticket_wait) while this waits."""
+        for a caller that asks about its ticket (ticket_wait) while this waits. `on_hold`: told
+        what holds the request (HELD_BY) each time it is queued, so a caller whose request never
+        gets its grant (it timed out, or its client left) still knows."""
         _check(demand)
-        return await self._wait_for_lease(demand, handle or new_handle(), self._clock(), moving=False)
+        return await self._wait_for_lease(demand, handle or new_handle(), self._clock(), moving=False,
+                                          on_hold=on_hold)
 
     # -- wait estimates -------------------------------------------------------------------------
 
@@ -575,7 +585,7 @@ class Admission:
             return None
         return result.position[handle], result.eta[handle]
 
-    async def move(self, grant: Grant, avoid: str) -> Grant:
+    async def move(self, grant: Grant, avoid: str, on_hold: OnHold | None = None) -> Grant:
         """The replica of `grant` failed its request before answering: give its slot back and
         wait for one on another replica (`avoid` only if none other has a slot), in the place in
         line the request had. It waits like any other request: no replica gets more than its
@@ -584,11 +594,11 @@ class Admission:
         self._asked_early.pop(grant.lease_id, None)  # the handle's next lease is not the one asked
         demand = replace(grant.demand, avoid=avoid)
         return await self._wait_for_lease(demand, grant.lease_id, grant.enqueued_at, moving=True,
-                                          completion_limit=grant.completion_limit)
+                                          completion_limit=grant.completion_limit, on_hold=on_hold)
 
     async def _wait_for_lease(
         self, demand: Demand, handle: str, enqueued_at: float, *, moving: bool,
-        completion_limit: int | None = None,
+        completion_limit: int | None = None, on_hold: OnHold | None = None,
     ) -> Grant:
         await self._ensure_listener()
         deadline = self._clock() + demand.max_wait_seconds
@@ -600,6 +610,7 @@ class Admission:
         repeat = 0  # calls again after the first may find the handle queued or leased already
         first_queued = not moving  # a new request's first time in the queue: its wait is estimated
         queue_estimate: float | None = None
+        held_by = ""  # the last reason a queued reply gave
         try:
             while True:
                 future = asyncio.get_running_loop().create_future()
@@ -645,6 +656,10 @@ class Admission:
                     if retry is None:  # no estimate: when the oldest must have left, within 30 s
                         retry = min(_MAX_RETRY_AFTER, int(reply[1]))
                     raise _queue_full(demand, self._max_queued_total, bound, retry)
+                if len(reply) > _HELD_BY_AT:
+                    held_by = text(reply[_HELD_BY_AT])
+                    if on_hold is not None:
+                        on_hold(held_by)
                 self._queued.add(handle)
                 if first_queued:
                     first_queued = False
@@ -678,7 +693,8 @@ class Admission:
             # What acquire reserved and charged: the release settles against the same.
             demand = replace(demand, estimate=demand.completion.estimate(completion_limit))
         grant = Grant(handle, demand, turn.queued_seconds, turn.borrowed, turn.replica, enqueued_at, budget_left,
-                      completion_limit, None if queue_estimate in (_NOT_WAITING, _UNMEASURED) else queue_estimate)
+                      completion_limit, None if queue_estimate in (_NOT_WAITING, _UNMEASURED) else queue_estimate,
+                      held_by)
         self._held[handle] = grant
         self._wake_keeper()
         return grant

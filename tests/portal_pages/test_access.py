@@ -34,6 +34,9 @@ STAFF_PAGES = [
     "/staff/alerts/",
     "/staff/audit/",
     "/staff/batches/",
+    "/staff/requests/",
+    "/staff/requests/?person=alice&ended=done&from=2031-03-10T00:00",
+    "/staff/requests.csv",
 ]
 STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/tier/", {"tier": "batch"}),
@@ -42,7 +45,8 @@ STAFF_ACTIONS = [  # POST only
     ("/staff/users/alice/reactivate/", {}),
     ("/staff/alerts/{alert}/acknowledge/", {}),
 ]
-OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/", "/me/playground/", "/me/standing/"]
+OWN_PAGES = ["/me/", "/me/usage/", "/me/usage/daily.json", "/me/batches/", "/me/playground/", "/me/standing/",
+             "/me/requests/", "/me/requests.csv"]
 
 
 @pytest.fixture

@@ -141,3 +141,17 @@ def test_the_wait_estimate_a_request_queued_with_is_kept_beside_its_real_wait(ca
     assert usage.flush(redis_client) == 4
     rows = {r.request_id: (r.queued_ms, r.queue_estimate_ms) for r in UsageRecord.objects.all()}
     assert rows == {"q": (2400, 2000), "at-once": (5, None), "odd": (5, None), "odd-2": (5, None)}
+
+
+def test_what_held_a_request_how_it_ended_and_its_refusal_are_kept_for_the_request_log(
+    cast, redis_client, redis_url
+):
+    alice = cast["alice"]
+    push(redis_url, event(alice.key_id, held_by="person_cap", ended="done"),
+         event(alice.key_id, request_id="req-2", status=429, replica="", held_by="no_slot", ended="refused",
+               refusal="queue_timeout"),
+         event(alice.key_id, request_id="req-3"))  # from a gateway before the request log: blank
+    assert usage.flush(redis_client) == 3
+    rows = UsageRecord.objects.order_by("request_id")
+    assert [(r.held_by, r.ended, r.refusal) for r in rows] == [
+        ("person_cap", "done", ""), ("no_slot", "refused", "queue_timeout"), ("", "", "")]

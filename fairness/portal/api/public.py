@@ -23,6 +23,7 @@ from fairness.portal.api.admin.api import router as admin_router
 from fairness.portal.api.admin.budgets import router as admin_budgets_router
 from fairness.portal.api.admin.usage import router as admin_usage_router
 from fairness.portal.api.me import router as me_router
+from fairness.portal.api.my_requests import router as my_requests_router
 from fairness.portal.reports import tier_policy
 from fairness.scheduling.admission import admission_stats
 from fairness.store.redis_clients import redis_async
@@ -369,3 +370,4 @@ api.add_router("/admin", admin_accounts_router)
 api.add_router("/admin", admin_usage_router)
 api.add_router("/admin", admin_budgets_router)
 api.add_router("/me", me_router)
+api.add_router("/me", my_requests_router)

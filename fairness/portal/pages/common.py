@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_variables
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def staff_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Anonymous visitors go to sign in; signed-in non-staff get a plain 403 (not another
     sign-in form, which would suggest their account might work with a second try)."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path())
         if not (request.user.is_active and request.user.is_staff):

@@ -37,8 +37,11 @@
 --          {granted, borrowed 0/1, queued_seconds, replica, budget left, limit}  granted now (no
 --              message is published); budget left: the least any of its budgets has left after
 --              its reservation, or ''; limit: the completion limit granted, or ''
---          {queued, member, hold, budget left, limit}  queued; the grant comes by pub/sub. hold:
---              until when the group grants nothing (a restart), else 0
+--          {queued, member, hold, budget left, limit, held by}  queued; the grant comes by pub/sub.
+--              hold: until when the group grants nothing (a restart), else 0. held by: what keeps
+--              it waiting now (the request log's): 'person_cap' (its key's cap, its person's in
+--              its tier), 'tier_pool' (its tier's pool cap), 'no_slot' (first in line, no slot
+--              free), 'fair_share_order' (others ahead of it in the order)
 --          {over_budget, index}                its index-th budget is used up
 --          {rate_limited, index, seconds}      its index-th rate limit refuses it for that long
 --          {queue_full, retry_after_seconds, bound}  the key ('key'), its tier ('tier') or
@@ -235,4 +238,11 @@ if moving then redis.call('HSET', NS .. KEY.ticket .. handle, FIELD.moved, 1) en
 pump_dirty()
 local g = GRANTED[handle]
 if g then return {REPLY.granted, g[1], string.format('%.6f', g[2]), g[3], left, limit} end
-return {REPLY.queued, member, redis.call('HGET', NS .. KEY.group_hold, group) or '0', left, limit}
+-- Read only on this path (a request that waits), so a request granted at once pays nothing for it.
+local function held_by()
+  if not key_open(key) then return 'person_cap' end
+  if not pool_open(pool) then return 'tier_pool' end
+  if redis.call('ZRANGE', NS .. KEY.eligible .. group, 0, 0)[1] == member then return 'no_slot' end
+  return 'fair_share_order'
+end
+return {REPLY.queued, member, redis.call('HGET', NS .. KEY.group_hold, group) or '0', left, limit, held_by()}
