@@ -86,6 +86,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "fairness.portal.middleware.content_security_policy",
     "fairness.portal.middleware.refuse_nul",
+    "fairness.portal.middleware.DatabaseUnavailable",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -122,8 +123,19 @@ DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'gpuportal.sqlite3'}"),
         conn_max_age=envint("DB_CONN_MAX_AGE", 0),
+        # A kept connection the database dropped (a restart, a failover) is found dead before a
+        # query is sent on it, and made again, without restarting the process.
+        conn_health_checks=True,
     )
 }
+# A request never waits longer than this for a database that does not answer (a host gone from
+# the network sends no refusal): it gets its 503 and the next one tries again. libpq counts less
+# than 2 s as 2.
+GP_DATABASE_CONNECT_TIMEOUT = envint("GP_DATABASE_CONNECT_TIMEOUT", 3)
+if GP_DATABASE_CONNECT_TIMEOUT < 1:
+    raise ImproperlyConfigured("GP_DATABASE_CONNECT_TIMEOUT must be at least 1 (seconds).")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = GP_DATABASE_CONNECT_TIMEOUT
 # The password apart from the URL, so it can come from a file (a Docker secret) like the others.
 if envstr("DATABASE_PASSWORD", ""):
     DATABASES["default"]["PASSWORD"] = envstr("DATABASE_PASSWORD", "")

@@ -30,7 +30,7 @@ PROCESS_FIXTURES = {"live_db_url", "sim", "gateway_session", "worker", "engine8"
 # the calls that do, among them the starters in tests/support (`launch(` starts an enginesim,
 # `load_settings(` a Python process that loads the portal's settings).
 PROCESS_MODULES = ("PrivateRedis(", "start_enginesim(", "subprocess.", "WorkerProcess(", "start_gateway(",
-                   "private_redis(", "Popen(", "launch(", "load_settings(")
+                   "private_redis(", "Popen(", "launch(", "load_settings(", "PrivatePostgres(")
 # Fixtures that give a test the database: such a test is marked `database`. The suite's PostgreSQL
 # pass runs those that start no process, and the process tests listed next.
 DATABASE_FIXTURES = {"db", "transactional_db", "live_db_url", "django_db_reset_sequences",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from fairness.gateway import budget_rules, front_end_secrets, key_limits
+from fairness.gateway import budget_rules, database_outage, front_end_secrets, key_limits
 from fairness.gateway.associations import association_of, charged_membership
 from fairness.gateway.budget_rules import BudgetRule
 from fairness.gateway.errors import ApiError
@@ -172,7 +172,12 @@ class KeyCache:
 
     async def authenticate(self, authorization: str | None) -> KeyInfo:
         secret_hash = hash_secret(parse_bearer(authorization))
-        info = await self._cache.get(secret_hash, functools.partial(self.loader, secret_hash))
+        try:
+            info = await self._cache.get(secret_hash, functools.partial(self.loader, secret_hash))
+        except database_outage.DATABASE_ERRORS as exc:
+            # Only a key not read before the database went away gets here: the cache answers the rest
+            # (the failure was logged where the lookup ran, read_through.py).
+            raise database_outage.unavailable(database_outage.KEY_UNCHECKED) from exc
         if info is None:
             raise ApiError(401, "Invalid API key.", "invalid_api_key")
         check_usable(info)

@@ -38,6 +38,7 @@ from django.http import HttpResponse, HttpResponseBase
 
 from fairness.gateway import (
     anthropic_shape,
+    database_outage,
     queue_views,
     responses_views,
     tokenizer_views,
@@ -401,6 +402,9 @@ def _failure(exc: Exception, request_id: str) -> HttpResponse:
             503, "The gateway's state store is unavailable; try again shortly.",
             "store_unavailable", retry_after=5,
         ).response()
+    if isinstance(exc, database_outage.DATABASE_ERRORS):  # what needed a row not cached (batch files, say)
+        database_outage.OUTAGE_LOG.report(exc, "a gateway request")
+        return database_outage.unavailable().response()
     log.exception("unexpected gateway error for %s", request_id)
     return ApiError(502, "The gateway failed to handle this request.", "gateway_error").response()
 

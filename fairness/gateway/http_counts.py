@@ -35,6 +35,7 @@ FLUSH_SECONDS = 1.0
 KNOWN_REASONS = frozenset({
     CLIENT_CLOSED,
     "ambiguous_person", "bad_filter", "batch_failed", "batch_not_cancellable", "batch_not_found", "budget_exceeded",
+    "database_unavailable",
     "engine_response_too_large", "expired_api_key", "expired_user_token", "file_limit_reached",
     "file_not_found", "file_too_large", "front_end_route", "front_end_without_account", "gateway_error",
     "internal_error", "invalid_api_key", "invalid_file_format", "invalid_json", "invalid_multipart",

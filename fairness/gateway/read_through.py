@@ -5,7 +5,8 @@ for), so that no request waits for the database once what it needs is known.
   connections at once reads its key's row once, not 32 times in turn.
 - An entry older than the TTL (a backstop for changes that bump no config epoch) is read again in
   the background while requests go on with it. If that read fails (the database away), the entry
-  is kept and the next request tries again.
+  is kept and a request `retry` seconds later tries again: not every request of an outage, each
+  with a connection attempt and a line in the log.
 - `clear` (the config epoch changed) forgets every entry. A lookup under way may have read its
   row before the change that cleared the cache (a revocation committing meanwhile): it answers the
   requests that joined it, but is not kept, and requests after the clear start one of their own.
@@ -20,17 +21,22 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from fairness.gateway.database_outage import DATABASE_ERRORS, OUTAGE_LOG
+
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
+RETRY_SECONDS = 5.0  # after a failed refresh, the least time before the next
+
 
 class ReadThrough(Generic[K, V]):
     def __init__(self, what: str, ttl: float, clock: Callable[[], float] = time.monotonic,
-                 max_entries: int = 50_000) -> None:
+                 max_entries: int = 50_000, retry: float = RETRY_SECONDS) -> None:
         self.what = what  # names it in the log
         self.ttl = ttl
+        self.retry = retry
         self.clock = clock
         self.max_entries = max_entries  # unknown keys are kept too: bound what a guessing client fills
         self._entries: dict[K, tuple[float, V]] = {}
@@ -67,7 +73,13 @@ class ReadThrough(Generic[K, V]):
 
     async def _read(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
         generation, read_at = self._generation, self.clock()
-        value = await load()
+        try:
+            value = await load()
+        except Exception:
+            cached = self._entries.get(key)
+            if cached is not None and generation == self._generation:  # a refresh: due again after `retry`
+                self._entries[key] = (self.clock() - self.ttl + self.retry, cached[1])
+            raise
         if generation == self._generation:  # not cleared while it loaded: still current
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
@@ -78,5 +90,8 @@ class ReadThrough(Generic[K, V]):
         if self._lookups.get(key) is task:  # not a newer one, started after a clear
             del self._lookups[key]
         if not task.cancelled() and (error := task.exception()) is not None:
-            # Its waiters see it too; an entry being read again is kept and read on the next request.
-            log.warning("reading a %s failed: %s", self.what, error.__class__.__name__)
+            # Its waiters see it too; an entry being read again is kept and read again after `retry`.
+            if isinstance(error, DATABASE_ERRORS):  # one line for many during an outage
+                OUTAGE_LOG.report(error, f"reading a {self.what}")
+            else:
+                log.warning("reading a %s failed: %s", self.what, error.__class__.__name__)

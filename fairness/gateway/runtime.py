@@ -22,6 +22,7 @@ from django.conf import settings
 from fairness.gateway import engine_client, health_probes, http_counts, tracing
 from fairness.gateway.api_keys import KeyCache
 from fairness.gateway.context_lengths import ContextLengths
+from fairness.gateway.database_outage import DATABASE_ERRORS, OUTAGE_LOG
 from fairness.gateway.front_end_people import FrontEndPeople
 from fairness.gateway.large_bodies import LargeBodyGate
 from fairness.gateway.replica_rows import load_directory
@@ -139,6 +140,8 @@ class GatewayRuntime:
             await self.refresh()
         except (redis.exceptions.RedisError, OSError):
             log.warning("gateway start-up: Redis unavailable; retrying on the first request")
+        except DATABASE_ERRORS as exc:
+            OUTAGE_LOG.report(exc, "gateway start-up (retried on the first request)")
 
     async def close(self) -> None:
         """Give back what this process holds, at once, and close its connections."""
@@ -177,7 +180,13 @@ class GatewayRuntime:
                 self._reload_due = False
                 self.keys.clear()
                 self.people.clear()
-                self.directory = await load_directory()
+                try:
+                    self.directory = await load_directory()
+                except BaseException:
+                    # The epoch was seen: without this, a reload the database failed (or a
+                    # cancelled one) would wait for the next change, on the old replicas.
+                    self._reload_due = True
+                    raise
                 await self.sync_capacity()
                 self._ensure_health_loop()
         return self.directory
@@ -261,4 +270,6 @@ class GatewayRuntime:
                     await self.context_lengths.learn(self.directory.all, self._up, self.config.health_timeout)
             except (redis.exceptions.RedisError, OSError):
                 log.warning("health loop: Redis unavailable", exc_info=True)
+            except DATABASE_ERRORS as exc:  # a reload it asked for: the loop goes on with the replicas it has
+                OUTAGE_LOG.report(exc, "the health loop's reload")
             await asyncio.sleep(interval)

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from fairness.accounting import fair_share_usage, key_expiry, usage, usage_rollup
 from fairness.gateway import engine_client
+from fairness.gateway.database_outage import DATABASE_ERRORS, OUTAGE_LOG
 from fairness.store import heartbeats, keyspace, task_locks
 from fairness.store.redis_clients import redis_async, redis_sync
 from fairness.telemetry import alerts, budget_status, capacity_store, polling
@@ -34,7 +35,13 @@ else:
 def flush_usage() -> int:
     written = 0
     while True:
-        batch = usage.flush(redis_sync())
+        try:
+            batch = usage.flush(redis_sync())
+        except DATABASE_ERRORS as exc:
+            # A batch leaves Redis only once its rows are committed: the events wait there (up to
+            # GP_USAGE_BACKLOG_MAX) and the next run, a few seconds on, writes them.
+            OUTAGE_LOG.report(exc, "the usage flush; its events wait in Redis")
+            return written
         written += batch
         if batch < 1000:
             return written
@@ -74,7 +81,11 @@ def poll_engines() -> int:
     lifetime = max(POLL_LOCK_SECONDS, 2 * settings.GP_POLL_TIMEOUT_SECONDS)
     spacing = POLL_SPACING_SHARE * settings.GP_POLL_SECONDS
     with task_locks.run_alone(redis_sync(), "poll_engines", lifetime, spacing) as mine:
-        return asyncio.run(poll_and_publish()) if mine else 0
+        try:
+            return asyncio.run(poll_and_publish()) if mine else 0
+        except DATABASE_ERRORS as exc:  # every GP_POLL_SECONDS: one line for many, not a traceback each
+            OUTAGE_LOG.report(exc, "the engine poll")
+            return 0
 
 
 @shared_task(name="fairness.compact_samples")

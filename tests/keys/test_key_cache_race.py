@@ -10,6 +10,7 @@ import pytest
 
 from fairness.gateway.api_keys import KeyCache, KeyInfo
 from fairness.gateway.errors import ApiError
+from fairness.gateway.read_through import RETRY_SECONDS
 from fairness.gateway.tier_policy import TierPolicy
 from fairness.models import Tier
 
@@ -151,7 +152,7 @@ class FailingLoader:
         return LIVE
 
 
-async def test_a_failed_refresh_keeps_the_entry_and_the_next_request_tries_again():
+async def test_a_failed_refresh_keeps_the_entry_and_a_request_after_the_retry_delay_tries_again():
     loader = FailingLoader()
     clock = Clock()
     cache = KeyCache(ttl=60.0, clock=clock, loader=loader)
@@ -161,10 +162,16 @@ async def test_a_failed_refresh_keeps_the_entry_and_the_next_request_tries_again
     for calls in (2, 3):
         assert (await cache.authenticate(f"Bearer {SECRET}")).id == LIVE.id
         await settled(lambda n=calls: loader.calls == n and cache.lookups_under_way == 0, "the refresh failed")
+        # The database away: the requests until the retry delay are answered without trying it.
+        clock.now += RETRY_SECONDS / 2
+        assert (await cache.authenticate(f"Bearer {SECRET}")).id == LIVE.id
+        await settled(lambda: cache.lookups_under_way == 0, "no refresh started")
+        assert loader.calls == calls
+        clock.now += RETRY_SECONDS / 2 + 0.01
     loader.failing = False
     await cache.authenticate(f"Bearer {SECRET}")
     await settled(lambda: cache.lookups_under_way == 0, "the refresh read")
-    clock.now = 62.0  # read again at 61: fresh, no further lookup
+    clock.now += 1.0  # read again just now: fresh, no further lookup
     await cache.authenticate(f"Bearer {SECRET}")
     assert loader.calls == 4
 
