@@ -281,8 +281,32 @@ GP_CONTENT_SECURITY_POLICY = envstr(
 )
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+# Redis behind Sentinel (fairness/store/redis_sentinel.py): the sentinels (host:port, ...) and the
+# master group's name. REDIS_URL then gives only the database, the credentials and TLS.
+REDIS_SENTINEL_MASTER = envstr("REDIS_SENTINEL_MASTER", "").strip()
+REDIS_SENTINELS: list[tuple[str, int]] = []
+for _sentinel in envlist("REDIS_SENTINELS", ""):
+    _host, _, _port = _sentinel.rpartition(":")
+    if not _host.strip("[]") or not _port.isdigit() or not 0 < int(_port) < 65536:
+        raise ImproperlyConfigured(f"REDIS_SENTINELS: {_sentinel!r} is not host:port")
+    REDIS_SENTINELS.append((_host.strip("[]"), int(_port)))
+if bool(REDIS_SENTINELS) != bool(REDIS_SENTINEL_MASTER):
+    raise ImproperlyConfigured("Set REDIS_SENTINELS and REDIS_SENTINEL_MASTER together (or neither).")
+if REDIS_URL.startswith("unix://") and REDIS_SENTINELS:
+    raise ImproperlyConfigured("REDIS_URL names a unix socket: Sentinel needs a redis:// or rediss:// URL.")
+CACHES: dict[str, dict[str, object]] = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+}
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", REDIS_URL)
+if REDIS_SENTINELS:
+    CACHES["default"]["OPTIONS"] = {"pool_class": "fairness.store.redis_sentinel.CachePool"}
+    if not envstr("CELERY_BROKER_URL", ""):  # Celery's broker is the portal's Redis: follow it too
+        from fairness.store.redis_sentinel import broker_url as _broker_url
+
+        CELERY_BROKER_URL = _broker_url(REDIS_URL, REDIS_SENTINELS)
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"master_name": REDIS_SENTINEL_MASTER}
+        if REDIS_URL.startswith("rediss://"):
+            CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": "required"}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {

@@ -11,7 +11,8 @@ A finished request's accounting goes to Redis in the round trip that gives its l
   it into the database. So every event Redis took is remembered for GP_USAGE_RETAIN_SECONDS, many
   flush intervals. A restarted Redis always breaks the lane's connection, so whenever the lane has
   opened a new one, one round trip reads the store's boot id (keyspace.STORE_BOOT, SET NX): a new
-  id means Redis lost its data, and the events remembered from before are pushed again. Watching
+  id means Redis lost its data, and the events remembered from before are pushed again (behind
+  Sentinel so does a new master: a promoted replica may lack the latest events). Watching
   the lane's connection count costs the request path nothing: no extra command, no extra reply
   (a release's replies stay inside admission). An event is forgotten only once the connection it
   went over has stayed up a whole retention window after it, so an outage never ages it out.
@@ -177,6 +178,10 @@ class UsageOutbox:
         offer = uuid.uuid4().hex
         boot = (await self._send(("SET", keyspace.STORE_BOOT, offer, "NX"), ("GET", keyspace.STORE_BOOT)))[1]
         current = lane.connections_opened  # the connection that answered
+        if lane.server_id is not None:
+            # Behind Sentinel: a promoted replica has the old master's boot id but perhaps not its
+            # latest events (replication is asynchronous), so a new master counts as a new boot.
+            boot = (boot, lane.server_id)
         if self._boot is not None and boot == self._boot:
             # Redis kept its data: what went over older connections is still there (or drained).
             self._recent = deque(
@@ -193,7 +198,8 @@ class UsageOutbox:
         if not stale:
             return
         self._recent = deque((entry for entry in self._recent if entry[1] == current), maxlen=self._max)
-        log.warning("usage outbox: Redis restarted empty; pushing %d recent usage events again", len(stale))
+        log.warning("usage outbox: Redis restarted empty (or failed over); pushing %d recent usage events again",
+                    len(stale))
         for start in range(0, len(stale), self._batch):
             chunk = stale[start:start + self._batch]
             try:

@@ -47,7 +47,7 @@ from fairness.scheduling.live_counts import Stats, pairs, parse_stats, text
 from fairness.scheduling.wait_estimate import Newcomer, QueueView, Replay, parse_view, replay
 from fairness.store import keyspace
 from fairness.store.cancelling import cancel_and_wait
-from fairness.store.redis_lane import Command, RedisLane, first_error
+from fairness.store.redis_lane import Command, Exchange, RedisLane, SentinelLane, first_error
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ Arg = str | int | float  # a script argument, as Redis takes it
 _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPTS = (
     "acquire", "release", "leave", "tick", "capacity", "stats", "retake", "restore", "rate", "queue_view",
+    "failover",
 )
 _LIB_PARTS = ("state", "replicas", "fair_share", "limits", "pace", "queue", "revocable", "upkeep")
 # The long entry scripts' own arguments, in order from ARGV[5] (ARGV[1..4] are every call's: see
@@ -469,6 +470,8 @@ class Admission:
         # shared with the rest of the process when it passes one in; pub/sub over redis-py's.
         self._lane = lane or RedisLane.like(redis)
         self._owns_lane = lane is None
+        if isinstance(self._lane, SentinelLane):  # behind Sentinel: a new master holds like a restart
+            self._lane.on_new_server = self._on_new_master
         self._waiters: dict[str, asyncio.Future[_Turn]] = {}  # pub/sub dispatch targets
         self._queued: set[str] = set()  # tickets known to be in Redis: the keeper heartbeats them
         self._held: dict[str, Grant] = {}  # leases the keeper renews
@@ -1094,6 +1097,19 @@ class Admission:
             )
             for g in grants
         ))
+
+    async def _on_new_master(self, run_id: str, exchange: Exchange) -> None:
+        """The lane reached a master it had not met (Sentinel promoted a replica): before anything
+        else goes there, hold every group's grants as after a restart (failover.lua; the first
+        process to get there does), loading the functions first if this master lacks them, and
+        upkeep at once so this process's leases the master lacks count again (retake)."""
+        call = self._eval("failover", run_id, RESTART_HOLD_SECONDS)
+        (reply,) = await exchange(call)
+        if _function_missing(reply):
+            reply = (await exchange(("FUNCTION", "LOAD", "REPLACE", _LIBRARY.code), call))[1]
+        if isinstance(reply, Exception):  # not worth refusing the master for: its grants go on unheld
+            logger.warning("admission: could not hold grants on the new Redis master: %s", reply)
+        self._upkeep_now()
 
     # -- plumbing -------------------------------------------------------------------------------
 

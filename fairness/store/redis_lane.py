@@ -28,19 +28,24 @@ caller decides, e.g. to load a script Redis has forgotten and resend only that c
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import hiredis
 import redis.asyncio
+import redis.asyncio.sentinel
 from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Command = tuple[Any, ...]
+
+log = logging.getLogger(__name__)
 
 
 class _Batch:
@@ -102,6 +107,10 @@ class _Protocol(asyncio.Protocol):
 class RedisLane:
     """Send command batches over one shared connection; `execute` is one round trip."""
 
+    # The run id of the server the connection reached, known behind Sentinel only
+    # (SentinelLane, below): a new one means a new master, which may lack the latest writes.
+    server_id: str | None = None
+
     def __init__(self, connect_kwargs: dict[str, Any], connection_class: type, timeout: float | None = 5.0) -> None:
         self._kwargs = connect_kwargs
         self._class = connection_class
@@ -119,6 +128,8 @@ class RedisLane:
         pool = client.connection_pool
         kwargs = pool.connection_kwargs
         timeout = kwargs.get("socket_timeout", 5.0)
+        if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+            return SentinelLane.following(pool, timeout)
         return cls(kwargs, pool.connection_class, timeout)
 
     async def execute(self, *commands: Command) -> list[Any]:
@@ -198,28 +209,9 @@ class RedisLane:
                 self._connecting = None
 
     async def _open(self) -> _Protocol:
-        loop = asyncio.get_running_loop()
         kwargs = self._kwargs
-        connect_timeout = kwargs.get("socket_connect_timeout") or self._timeout or None
-        try:
-            async with asyncio.timeout(connect_timeout):
-                if "path" in kwargs:
-                    _, protocol = await loop.create_unix_connection(lambda: _Protocol(self), kwargs["path"])
-                else:
-                    _, protocol = await loop.create_connection(
-                        lambda: _Protocol(self), kwargs.get("host", "localhost"), kwargs.get("port", 6379),
-                        ssl=self._ssl_context(),
-                    )
-        except TimeoutError as exc:  # the builtin one, from asyncio.timeout
-            raise RedisTimeoutError("Timeout connecting to Redis") from exc
-        except OSError as exc:
-            raise RedisConnectionError(f"Error connecting to Redis: {exc}") from exc
-        hello: list[Command] = []
-        if kwargs.get("password"):
-            hello.append(("AUTH", kwargs["username"], kwargs["password"]) if kwargs.get("username")
-                         else ("AUTH", kwargs["password"]))
-        if kwargs.get("db"):
-            hello.append(("SELECT", kwargs["db"]))
+        protocol = await self._dial(kwargs.get("host", "localhost"), kwargs.get("port", 6379))
+        hello = self._hello()
         self._protocol = protocol
         self.connections_opened += 1
         if hello:
@@ -229,6 +221,36 @@ class RedisLane:
                     protocol.fail(RedisConnectionError(f"Redis refused the connection set-up: {reply}"))
                     raise reply
         return protocol
+
+    async def _dial(self, host: str, port: int) -> _Protocol:
+        """A new connection (the unix socket instead, if the URL named one); nothing sent yet."""
+        loop = asyncio.get_running_loop()
+        kwargs = self._kwargs
+        connect_timeout = kwargs.get("socket_connect_timeout") or self._timeout or None
+        try:
+            async with asyncio.timeout(connect_timeout):
+                if "path" in kwargs:
+                    _, protocol = await loop.create_unix_connection(lambda: _Protocol(self), kwargs["path"])
+                else:
+                    _, protocol = await loop.create_connection(
+                        lambda: _Protocol(self), host, port, ssl=self._ssl_context(),
+                    )
+        except TimeoutError as exc:  # the builtin one, from asyncio.timeout
+            raise RedisTimeoutError("Timeout connecting to Redis") from exc
+        except OSError as exc:
+            raise RedisConnectionError(f"Error connecting to Redis: {exc}") from exc
+        return protocol
+
+    def _hello(self) -> list[Command]:
+        """The commands that set a new connection up: credentials, database."""
+        kwargs = self._kwargs
+        hello: list[Command] = []
+        if kwargs.get("password"):
+            hello.append(("AUTH", kwargs["username"], kwargs["password"]) if kwargs.get("username")
+                         else ("AUTH", kwargs["password"]))
+        if kwargs.get("db"):
+            hello.append(("SELECT", kwargs["db"]))
+        return hello
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if not issubclass(self._class, redis.asyncio.SSLConnection):
@@ -242,3 +264,122 @@ class RedisLane:
 
 def first_error(replies: Sequence[Any]) -> Exception | None:
     return next((reply for reply in replies if isinstance(reply, Exception)), None)
+
+
+# -- behind Redis Sentinel ----------------------------------------------------------------------
+# Each new connection asks the sentinels where the master is (SENTINEL get-master-addr-by-name,
+# the first sentinel that answers), checks there that the server is a master (ROLE: right after a
+# failover a sentinel may still name the old one, now a replica) and reads its run id. A master
+# the lane has not met before (a promoted replica, or a restarted master) may lack the latest
+# writes, replication being asynchronous: `on_new_server` is told before the connection carries
+# anything else (admission holds its grants there, as after a restart), and `server_id` changes
+# (the usage outbox pushes its recent events again). A demoted master still accepts connections
+# and answers every write with READONLY, having run none of them (a script that writes and a MULTI
+# are refused whole): a batch that gets a READONLY reply drops its connection and is sent once more
+# on a new one, to the master the sentinels name now. Made only when Sentinel is configured
+# (RedisLane.like); the plain lane does none of this work.
+
+# Sends commands on the new connection, before anything else; the replies, errors as instances.
+Exchange = Callable[..., Awaitable[list[Any]]]
+# Told the new master's run id and given the exchange; what it raises fails the connection.
+OnNewServer = Callable[[str, Exchange], Awaitable[None]]
+
+
+class SentinelLane(RedisLane):
+    """The lane to whichever server the sentinels name master, followed through failovers."""
+
+    def __init__(
+        self, connect_kwargs: dict[str, Any], connection_class: type, timeout: float | None,
+        sentinels: Sequence[redis.asyncio.Redis], master: str,
+    ) -> None:
+        super().__init__(connect_kwargs, connection_class, timeout)
+        self._sentinels = list(sentinels)
+        self._master = master
+        self.on_new_server: OnNewServer | None = None
+
+    @classmethod
+    def following(cls, pool: redis.asyncio.sentinel.SentinelConnectionPool, timeout: float | None) -> SentinelLane:
+        """A lane to the master of a redis-py Sentinel pool, asking the same sentinels."""
+        return cls(pool.connection_kwargs, pool.connection_class, timeout,
+                   pool.sentinel_manager.sentinels, pool.service_name)
+
+    async def execute(self, *commands: Command) -> list[Any]:
+        replies = await super().execute(*commands)
+        if not any(isinstance(reply, ReadOnlyError) for reply in replies):
+            return replies
+        protocol = self._protocol
+        if protocol is not None:
+            protocol.fail(RedisConnectionError("the Redis master was demoted (READONLY)"))
+        return await super().execute(*commands)
+
+    async def master_address(self) -> tuple[str, int]:
+        """Where the sentinels say the master is: the first one that answers."""
+        errors = []
+        for sentinel in self._sentinels:
+            try:
+                address = await sentinel.sentinel_get_master_addr_by_name(self._master)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                errors.append(f"{exc}")
+                continue
+            if address:
+                host, port = cast(tuple[Any, Any], address)
+                return (host.decode() if isinstance(host, bytes) else str(host)), int(port)
+            errors.append(f"a sentinel knows no master named {self._master!r}")
+        raise redis.asyncio.sentinel.MasterNotFoundError(
+            f"No Redis master found for {self._master!r}: {'; '.join(errors)}"
+        )
+
+    async def _open(self) -> _Protocol:
+        # One bound for the whole set-up: the sentinels, the connection and the checks.
+        timeout = self._kwargs.get("socket_connect_timeout") or self._timeout or None
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._open_master()
+        except TimeoutError as exc:  # the builtin one, from asyncio.timeout
+            raise RedisTimeoutError("Timeout connecting to the Redis master") from exc
+
+    async def _open_master(self) -> _Protocol:
+        protocol = await self._dial(*await self.master_address())
+        # Not published as the lane's connection until it is set up: batches wait for it
+        # (RedisLane._connect), so whatever on_new_server sends reaches the master first.
+
+        async def exchange(*commands: Command) -> list[Any]:
+            payload = b"".join([hiredis.pack_command(command) for command in commands])
+            return await self._send(protocol, payload, len(commands)).future
+
+        try:
+            hello = self._hello()
+            replies = await exchange(*hello, ("ROLE",), ("INFO", "server"))
+            error = first_error(replies)
+            if error is not None:
+                raise RedisConnectionError(f"Redis refused the connection set-up: {error}")
+            role, info = replies[-2], replies[-1]
+            if _text(role[0]) != "master":
+                raise RedisConnectionError("the server the sentinels named is not a master (yet)")
+            run_id = _run_id(info)
+            if run_id != self.server_id:
+                if self.on_new_server is not None:
+                    await self.on_new_server(run_id, exchange)
+                if self.server_id is not None:
+                    log.warning("Redis master %s is a new one (run id %s): failed over", self._master, run_id)
+                self.server_id = run_id
+        except BaseException as exc:
+            if not protocol.lost:
+                protocol.fail(RedisConnectionError(f"connection set-up failed: {exc}"))
+            if isinstance(exc, RedisError) and not isinstance(exc, RedisConnectionError | RedisTimeoutError):
+                raise RedisConnectionError(str(exc)) from exc
+            raise
+        self._protocol = protocol
+        self.connections_opened += 1
+        return protocol
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_id(info: Any) -> str:
+    for line in _text(info).splitlines():
+        if line.startswith("run_id:"):
+            return line.removeprefix("run_id:").strip()
+    raise RedisConnectionError("INFO server named no run_id")

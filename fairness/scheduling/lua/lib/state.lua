@@ -51,6 +51,7 @@ local KEY = {
   group_replicas = 'gr',            -- hash group -> its replicas ("a,b")
   group_routing = 'route',          -- hash group -> "epsilon|floor" of its bounded-load routing
   group_hold = 'hold',              -- hash group -> until when it grants nothing (after a restart)
+  master = 'mst',                   -- string: run id of the master that last began a hold (failover.lua)
   -- The in-flight counts keep their zeros (a field per person, pool, group and replica that ever
   -- ran): deleting them cost a command a counter on most releases; readers skip them.
   in_flight_by_key = 'kin',         -- hash key -> its leases in flight
