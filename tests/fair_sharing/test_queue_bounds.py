@@ -27,8 +27,10 @@ WAVE = 50
 
 @pytest.fixture
 def slow_engine() -> Iterator[EngineSimProcess]:
-    """Real time: a 4,000-token answer takes about 40 s, so nothing of the attack ends meanwhile."""
-    process = start_enginesim(model=MODEL, max_num_seqs=8)
+    """A quarter of real time: a 4,000-token answer takes about 160 s, so nothing of the attack ends
+    meanwhile, even when a busy machine takes a minute to send it (at real time, 40 s, a loaded
+    run saw some of it answered 200)."""
+    process = start_enginesim(model=MODEL, max_num_seqs=8, extra_args=["--speed", "0.25"])
     yield process
     process.stop()
 
