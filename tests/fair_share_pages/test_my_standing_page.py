@@ -7,6 +7,7 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -60,7 +61,8 @@ def test_it_shows_accounts_fair_share_budgets_rank_and_days(cast, charged):
     row = record(key, at=timezone.now(), prompt=300, completion=50)
     UsageRecord.objects.filter(pk=row.pk).update(cached_tokens=100)
     row.refresh_from_db()
-    usage_rollup.add([row])
+    with transaction.atomic():  # as the flush runs it (its rows are locked: PostgreSQL wants a transaction)
+        usage_rollup.add([row])
 
     html = signed_in("alice").get("/me/standing/").content.decode()
     assert "In nlp you used 2.5× your share lately" in html

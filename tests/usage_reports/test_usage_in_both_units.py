@@ -7,6 +7,7 @@ import datetime as dt
 import re
 
 import pytest
+from django.db import transaction
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -23,7 +24,8 @@ def used(key: ApiKey, at: dt.datetime, prompt: int, completion: int, cached: int
     row = record(key, at=at, prompt=prompt, completion=completion)
     UsageRecord.objects.filter(pk=row.pk).update(cached_tokens=cached)
     row.refresh_from_db()
-    usage_rollup.add([row])
+    with transaction.atomic():  # as the flush runs it (its rows are locked: PostgreSQL wants a transaction)
+        usage_rollup.add([row])
     return row
 
 
