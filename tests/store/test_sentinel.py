@@ -104,13 +104,13 @@ def test_celery_and_the_cache_follow_the_sentinels_too() -> None:
     loaded = load_settings(
         "(settings.REDIS_SENTINELS, settings.CELERY_BROKER_URL, settings.CELERY_BROKER_TRANSPORT_OPTIONS, "
         "settings.CACHES['default']['OPTIONS'])",
-        REDIS_URL="redis://:s3cret@ignored:6379/2", REDIS_SENTINELS="10.0.0.1:26379, s2:26380",
+        REDIS_URL="redis://:s3cret@ignored:6379/2", REDIS_SENTINELS="127.0.0.7:26379, s2:26380",
         REDIS_SENTINEL_MASTER="gp", CELERY_BROKER_URL="", SECRET_KEY="k" * 40,
     )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == repr((
-        [("10.0.0.1", 26379), ("s2", 26380)],
-        "sentinel://:s3cret@10.0.0.1:26379/2;sentinel://:s3cret@s2:26380/2",
+        [("127.0.0.7", 26379), ("s2", 26380)],
+        "sentinel://:s3cret@127.0.0.7:26379/2;sentinel://:s3cret@s2:26380/2",
         {"master_name": "gp"},
         {"pool_class": "fairness.store.redis_sentinel.CachePool"},
     ))
