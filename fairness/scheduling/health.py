@@ -1,19 +1,20 @@
 """Replica health verdicts, shared through Redis so every gateway process agrees.
 
-One key per replica (keyspace.health_verdict) holding "up" or "down" with a TTL:
+One key per replica (keyspace.health_verdict) holding "up", "down" or "failing" with a TTL:
   - active: the gateway probes each replica's /health (gateway/health_probes.py) and records
-    the verdicts with a TTL of a few probe intervals, so a prober that stops leaves no stale
+    "up" or "down" with a TTL of a few probe intervals, so a prober that stops leaves no stale
     verdict behind;
   - passive: the request path calls `mark_down` when a replica refused or reset the connection
     before any response byte; the mark lasts one cooldown. A 5xx answer or a timeout is first
     that request's own error (a body that makes the engine fail must not take the replica from
     everyone): `record_failure` counts it per caller, and only failures of FAILURE_CALLERS
-    different callers within FAILURE_WINDOW seconds mark the replica down. The count lives in
-    Redis (keyspace.health_failures), so every gateway process adds to the same one.
-A replica is healthy unless its key says "down". Unknown (never probed, or expired) counts as
-healthy, so a fresh gateway routes before the first probe. A probe that succeeds overwrites a
-down mark, so a recovered replica takes its conversations back at once; the price is that a
-probe answered just before a failure can clear that failure's mark, until the next probe.
+    different callers within FAILURE_WINDOW seconds mark the replica "failing". The count lives
+    in Redis (keyspace.health_failures), so every gateway process adds to the same one.
+A replica is healthy unless its key says "down" or "failing". Unknown (never probed, or expired)
+counts as healthy, so a fresh gateway routes before the first probe. A probe that succeeds
+overwrites a "down" mark, so a replica back from a restart takes its conversations back at once.
+It leaves a "failing" mark alone: an engine whose HTTP front answers /health while every request
+stalls or fails would otherwise be put back within one probe interval, to fail the next callers.
 Redis keeps the time (TTLs), so no process's clock matters here.
 """
 
@@ -27,13 +28,15 @@ import redis.asyncio
 from fairness.scheduling.directory import ReplicaInfo
 from fairness.store import keyspace
 
-UP, DOWN = b"up", b"down"
+UP, DOWN, FAILING = b"up", b"down", b"failing"
+NOT_HEALTHY = frozenset({DOWN, FAILING, DOWN.decode(), FAILING.decode()})
 DEFAULT_INTERVAL = 2.0
 DEFAULT_TIMEOUT = 1.0
 DEFAULT_COOLDOWN = 10.0
 FAILURE_WINDOW = 10.0  # seconds
 FAILURE_CALLERS = 3  # different callers failing within the window mark a replica down
 _FAILURE_SCRIPT = (Path(__file__).with_name("lua") / "health_failure.lua").read_text()
+_VERDICTS_SCRIPT = (Path(__file__).with_name("lua") / "health_verdicts.lua").read_text()
 
 
 def key(replica: ReplicaInfo) -> str:
@@ -43,7 +46,7 @@ def key(replica: ReplicaInfo) -> str:
 def from_marks(replicas: Sequence[ReplicaInfo], marks: Sequence[bytes | str | None]) -> set[str]:
     """The healthy names, given each replica's raw key value (None: never probed)."""
     return {
-        r.name for r, mark in zip(replicas, marks, strict=True) if mark not in (DOWN, DOWN.decode())
+        r.name for r, mark in zip(replicas, marks, strict=True) if mark not in NOT_HEALTHY
     }
 
 
@@ -63,7 +66,7 @@ async def record_failure(
     client: redis.asyncio.Redis, replica: ReplicaInfo, caller: str, cooldown: float = DEFAULT_COOLDOWN,
     window: float = FAILURE_WINDOW, callers: int = FAILURE_CALLERS,
 ) -> bool:
-    """Count a request of `caller` that failed on `replica`; True when that marked it down.
+    """Count a request of `caller` that failed on `replica`; True when that marked it failing.
     Runs only when a request fails: a successful request costs nothing here."""
     marked = await client.eval(
         _FAILURE_SCRIPT, 2, keyspace.health_failures(replica.name, replica.base_url), key(replica),
@@ -75,13 +78,12 @@ async def record_failure(
 async def record_verdicts(
     client: redis.asyncio.Redis, verdicts: Mapping[ReplicaInfo, bool], ttl: float
 ) -> None:
-    """Publish probe verdicts (True: up) for `ttl` seconds."""
+    """Publish probe verdicts (True: up) for `ttl` seconds, except over a "failing" mark."""
     if not verdicts:
         return
-    async with client.pipeline(transaction=False) as pipe:
-        for replica, ok in verdicts.items():
-            pipe.set(key(replica), UP if ok else DOWN, px=_ms(ttl))
-        await pipe.execute()
+    keys = [key(replica) for replica in verdicts]
+    values = [UP if ok else DOWN for ok in verdicts.values()]
+    await client.eval(_VERDICTS_SCRIPT, len(keys), *keys, *values, _ms(ttl))
 
 
 async def claim_probe_turn(client: redis.asyncio.Redis, interval: float) -> bool:

@@ -1,4 +1,5 @@
-"""Health: unknown is healthy, passive marks last one cooldown, probes are shared and recover."""
+"""Health: unknown is healthy, passive marks last one cooldown, probes are shared and recover,
+and no probe clears what failures of several callers marked."""
 
 from __future__ import annotations
 
@@ -49,6 +50,27 @@ async def test_a_successful_probe_clears_a_down_mark(aredis, health_server):
 
     assert await health_probes.probe_all(aredis, [target]) == {"r0": True}
     assert "r0" in await health.healthy(aredis, [target])
+
+
+async def test_a_successful_probe_leaves_a_failing_mark_to_its_cooldown(aredis, health_server):
+    """An engine can answer /health while every request stalls: what several callers saw wins."""
+    target = replica("r0", base_url=health_server.url)
+    for caller in ("1", "2", "3"):
+        await health.record_failure(aredis, target, caller, cooldown=60)
+    for status in (200, 503):  # neither a good nor a bad probe shortens the mark
+        health_server.status = status
+        await health_probes.probe_all(aredis, [target], ttl=0.3)
+        assert "r0" not in await health.healthy(aredis, [target])
+    assert await aredis.pttl(health.key(target)) > 50_000
+
+    await aredis.pexpire(health.key(target), 1)  # its cooldown over: probes speak for it again
+    health_server.status = 200
+
+    async def routed_again() -> bool:
+        await health_probes.probe_all(aredis, [target])
+        return await aredis.get(health.key(target)) == health.UP
+
+    await async_wait_for(routed_again, timeout=5, what="the probe to put the replica back")
 
 
 async def test_a_replica_that_recovers_is_healthy_after_the_next_probe(aredis, health_server):

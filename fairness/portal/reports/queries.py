@@ -15,7 +15,7 @@ from ninja import Field, Schema
 
 from fairness.accounting.key_expiry import session_key_prefixes
 from fairness.models import ApiKey, AuditEntry, EngineSample, KeyLimits, Replica, SaturationAlert, UsageHourly
-from fairness.scheduling import live_counts
+from fairness.scheduling import health, live_counts
 from fairness.scheduling.live_counts import KeyStats
 from fairness.store import keyspace
 from fairness.store.redis_clients import redis_sync
@@ -259,8 +259,10 @@ def replicas_down(readings: dict[str, dict[str, Any]]) -> list[DownReplica]:
     for replica, verdict in zip(enabled, verdicts, strict=True):
         reading = readings.get(replica.name)
         why = []
-        if verdict in (b"down", "down"):
-            why.append("the gateways route around it: it failed its health checks")
+        if verdict in health.NOT_HEALTHY:
+            why.append("the gateways route around it: " + (
+                "it failed its health checks" if verdict in (health.DOWN, health.DOWN.decode())
+                else "requests of several callers failed or timed out there"))
         if reading is not None and not reading["healthy"]:
             why.append(f"its last poll failed: {reading['error'] or 'no answer'}")
         if why:

@@ -2,7 +2,8 @@
 -- it down once enough different callers failed there within the window: one caller's failures,
 -- however many, may be that caller's own requests (a body that makes the engine answer 500).
 -- KEYS[1]  the replica's recent failures: sorted set, caller -> Redis time (ms) of its latest
--- KEYS[2]  the replica's health verdict (string "up" / "down", see health.py)
+-- KEYS[2]  the replica's health verdict (see health.py); this sets it "failing", which probes
+--          leave alone until it expires
 -- ARGV[1]  the caller whose request failed     ARGV[2] window (ms)
 -- ARGV[3]  callers within the window that mark the replica down
 -- ARGV[4]  how long that mark lasts (ms)
@@ -14,7 +15,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[1])  -- after the cooldown, counting starts again from nothing
-  redis.call('SET', KEYS[2], 'down', 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], 'failing', 'PX', ARGV[4])
   return 1
 end
 redis.call('PEXPIRE', KEYS[1], window)
