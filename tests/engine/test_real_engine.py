@@ -135,12 +135,24 @@ def test_a_stream_cut_after_its_first_token_is_charged_the_prompt_vllm_counted(c
     prompt = whole.json()["usage"]["prompt_tokens"]  # vLLM's own count, from a finished request
     assert 100 < prompt < 700
     body = {"model": TINY, "messages": messages, "max_tokens": 1024 - prompt - 8, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers,
-                      timeout=120) as response:
-        assert response.status_code == 200
-        request_id = response.headers["x-request-id"]
-        assert next(line for line in response.iter_lines() if '"content"' in line)
-    record = recorded(request_id)
-    assert record.status == 499 and record.prompt_count_source == "tokenize"
-    assert abs(record.prompt_tokens - prompt) <= 0.1 * prompt, (record.prompt_tokens, prompt)
-    assert 0 < record.completion_tokens < body["max_tokens"]
+    # The tiny model writes the whole answer in under a second, so on a loaded machine the cut can
+    # reach the gateway after the answer's end: that answer was whole and is charged as one.
+    # A few tries make sure one is cut; every try must be charged for what it was.
+    statuses = []
+    for _ in range(5):
+        with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers,
+                          timeout=120) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-request-id"]
+            assert next(line for line in response.iter_lines() if '"content"' in line)
+        record = recorded(request_id)
+        statuses.append(record.status)
+        if record.status == 200:
+            assert (record.prompt_tokens, record.completion_tokens) == (prompt, body["max_tokens"])
+            assert record.prompt_count_source == "engine"
+            continue
+        assert record.status == 499 and record.prompt_count_source == "tokenize"
+        assert abs(record.prompt_tokens - prompt) <= 0.1 * prompt, (record.prompt_tokens, prompt)
+        assert 0 < record.completion_tokens < body["max_tokens"]
+        return
+    pytest.fail(f"no stream of five was cut before its end: {statuses}")
