@@ -274,8 +274,8 @@ class RequestLifecycle:
 
     async def _settle(self) -> None:
         """The lease back and the usage recorded, in one round trip. If that fails, the usage
-        waits in the process's outbox, which retries only the accounting: the lease, no longer
-        renewed, expires within a TTL."""
+        waits in the process's outbox, which sends it again with the release as a retry (a lease
+        no longer renewed expires within a TTL meanwhile)."""
         outbox = self.runtime.usage_outbox
         opened = self.runtime.lane.connections_opened  # tells the outbox which Redis took it
         try:
@@ -293,9 +293,9 @@ class RequestLifecycle:
         else:
             outbox.pushed(self.event, opened)
 
-    def _unsettled(self) -> tuple[Demand, float] | None:
-        """What the failed release did not charge: the demand and its real weighted count."""
-        return None if self.grant is None else (self.grant.demand, self._charge())
+    def _unsettled(self) -> tuple[Demand, float, str] | None:
+        """The failed release, to send again: the demand, its real weighted count, its lease."""
+        return None if self.grant is None else (self.grant.demand, self._charge(), self.grant.lease_id)
 
     def budget_before(self) -> float | None:
         """What the tightest of its budgets kept before this request (None: no budget). Acquire

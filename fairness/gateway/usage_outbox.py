@@ -4,8 +4,10 @@ A finished request's accounting goes to Redis in the round trip that gives its l
 (lifecycle.py). It can be lost two ways, and this module answers both:
 
 - That round trip fails (Redis down or restarting). The event is kept here and pushed again, a
-  batch per round trip with a short backoff, until Redis takes it. Only the accounting is retried,
-  never the release: a lease not given back expires by itself within its TTL. Beyond
+  batch per round trip with a short backoff, until Redis takes it, with its release sent again as
+  a retry: it gives the lease back if Redis still holds it (else it expired within its TTL) and
+  charges the request's fair share and budgets, unless the first try ran there and only its reply
+  was lost (release.lua tells: a lease gone but never reaped was released). Beyond
   GP_USAGE_OUTBOX_MAX events the oldest are dropped and counted.
 - Redis took it but restarted empty (it runs without persistence) before the flush task drained
   it into the database. So every event Redis took is remembered for GP_USAGE_RETAIN_SECONDS, many
@@ -61,7 +63,9 @@ class _Kept(NamedTuple):
     event: UsageEvent
     admitted: bool
     refusal: str | None
-    charge: tuple[Demand, float] | None = None  # (demand, weighted tokens used) its release did not settle
+    # (demand, weighted tokens used, lease id) of the release that failed, which may have run
+    charge: tuple[Demand, float, str] | None = None
+    boot: Any = None  # the store's boot id known when it failed
 
 
 # (when Redis took it, lane.connections_opened of the connection that carried it, the event)
@@ -108,9 +112,9 @@ class UsageOutbox:
         self._wake()
 
     def keep(self, event: UsageEvent, *, admitted: bool, refusal: str | None,
-             charge: tuple[Demand, float] | None = None) -> None:
-        """Redis could not take `event` (nor its fair-share `charge`): keep it and retry."""
-        self._pending.append(_Kept(event, admitted, refusal, charge))
+             charge: tuple[Demand, float, str] | None = None) -> None:
+        """Redis could not take `event` (nor its release's `charge`): keep it and retry."""
+        self._pending.append(_Kept(event, admitted, refusal, charge, self._boot))
         self._bound()
         self._wake()
 
@@ -227,10 +231,7 @@ class UsageOutbox:
                 ("HSET", keyspace.USAGE_OUTBOX_WAITING, self._process, len(pending)) if pending
                 else ("HDEL", keyspace.USAGE_OUTBOX_WAITING, self._process)
             )
-            charges = [
-                self._admission.settle_command(*kept.charge)
-                for kept in chunk if kept.charge and self._admission
-            ]
+            charges = [self._settle(kept) for kept in chunk if kept.charge and self._admission]
             try:
                 opened = await self._push(
                     [kept.event for kept in chunk], counts,
@@ -242,6 +243,15 @@ class UsageOutbox:
                 raise
             self._dropped -= dropped
             self._remember([kept.event for kept in chunk], opened)
+
+    def _settle(self, kept: _Kept) -> Command:
+        """The failed release again: in the Redis that kept its data, a retry that charges
+        nothing if the first try ran there (its reply lost); in one that lost it, or when which
+        one is not known, a charge alone (the first try's work, if any, was lost with it)."""
+        assert kept.charge is not None and self._admission is not None
+        demand, used, lease_id = kept.charge
+        same_store = kept.boot is not None and kept.boot == self._boot
+        return self._admission.settle_command(demand, used, lease_id if same_store else None)
 
     async def _push(self, events: Sequence[UsageEvent], counts: dict[str, int | float], *after: Command) -> int:
         """Push `events` with these counter bumps in one MULTI; returns the connection's number

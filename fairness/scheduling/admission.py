@@ -68,7 +68,9 @@ ACQUIRE_ARGUMENTS = (
     "association", "share", "fair_share_weight", "half_life", "estimate", "budgets", "rate_limits",
     "revocable", "max_queued_per_tier", "max_queued_total", "completion", "repeated",
 )
-RELEASE_ARGUMENTS = ("handle", "association", "used", "estimate", "budgets", "rate_limits", "half_life")
+RELEASE_ARGUMENTS = (
+    "handle", "association", "used", "estimate", "budgets", "rate_limits", "half_life", "retried",
+)
 RETAKE_ARGUMENTS = ("handle", "key", "pool", "group", "replica", "borrowed", "enqueued_at")
 NAMED_ARGUMENTS = {"acquire": ACQUIRE_ARGUMENTS, "release": RELEASE_ARGUMENTS, "retake": RETAKE_ARGUMENTS}
 _FIRST_ARGUMENT = 5
@@ -822,7 +824,7 @@ class Admission:
         release = self._eval(
             "release", handle=grant.lease_id, association=demand.association, used=charge,
             estimate=demand.estimate, budgets=budget_spec(demand.budgets, self._clock()),
-            rate_limits=rate_spec(demand.rate_limits), half_life=self._half_life,
+            rate_limits=rate_spec(demand.rate_limits), half_life=self._half_life, retried="",
         )
         await self._shielded(self._send(release, *also))
 
@@ -830,15 +832,19 @@ class Admission:
         """A fair-share charge on its own (negative: a refund); send it with `send`."""
         return self._eval(
             "release", handle="", association=association, used=amount, estimate=0, budgets="", rate_limits="",
-            half_life=self._half_life,
+            half_life=self._half_life, retried="",
         )
 
-    def settle_command(self, demand: Demand, used: float) -> Command:
-        """What a release that failed did not charge: `used` weighted tokens, to the demand's
-        association (less the estimate its grant charged) and budgets. Send it with `send`."""
+    def settle_command(self, demand: Demand, used: float, lease_id: str | None) -> Command:
+        """The release of lease `lease_id` sent again, its reply never read: it gives the lease
+        back if still held and charges `used` weighted tokens (less the estimate its grant charged)
+        to the demand's association and budgets, unless the first try ran (release.lua). With
+        no lease id (the Redis that had it lost its data since), a charge alone. Send it with `send`."""
         return self._eval(
-            "release", handle="", association=demand.association, used=used, estimate=demand.estimate,
-            budgets=budget_spec(demand.budgets, self._clock()), rate_limits="", half_life=self._half_life,
+            "release", handle=lease_id or "", association=demand.association, used=used,
+            estimate=demand.estimate, budgets=budget_spec(demand.budgets, self._clock()),
+            rate_limits=rate_spec(demand.rate_limits) if lease_id else "", half_life=self._half_life,
+            retried="1" if lease_id else "",
         )
 
     async def send(self, *commands: Command) -> list[Any]:

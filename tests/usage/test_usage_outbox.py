@@ -219,6 +219,54 @@ def test_a_fair_share_charge_whose_release_failed_is_charged_once_redis_is_back(
     assert asyncio.run(scenario()) == {"7": pytest.approx(10 + 2 * 20)}
 
 
+def test_a_release_whose_reply_was_lost_is_charged_once(store, cast):
+    """Redis ran the release and the connection broke before its reply: the outbox sends it again,
+    and the same Redis, seeing the lease released, charges nothing more."""
+    key = replace(key_info(cast["alice"].key_id), association="7", share=0.5)
+
+    async def scenario() -> dict[str, float]:
+        runtime = runtime_for(store)
+        try:
+            await runtime.admission.set_capacity("m", 4)
+            finish(runtime, key, "req-first")  # the outbox learns which Redis this is
+
+            async def store_known() -> bool:
+                return runtime.usage_outbox._boot is not None
+
+            await async_wait_for(store_known, what="the outbox to read the store's boot id")
+            lifecycle = RequestLifecycle(runtime, "req-charged", key, "chat", "m", False)
+            await lifecycle.admit(demand_of(key, "m"))
+            send, lost = runtime.admission._send, []
+
+            async def reply_lost(*commands):
+                replies = await send(*commands)
+                if not lost:
+                    lost.append(commands)
+                    raise redis.exceptions.ConnectionError("connection lost before the reply")
+                return replies
+
+            runtime.admission._send = reply_lost
+            await lifecycle.close(200, StreamTally(prompt_tokens=10, completion_tokens=20, finished=True))
+
+            async def release_ran() -> bool:  # the settle runs in the background
+                return bool(lost)
+
+            await async_wait_for(release_ran, what="the release to run")
+            assert lost[0][0][0] == "FCALL"  # the release ran; its reply was lost
+
+            async def settled() -> bool:
+                return runtime.usage_outbox.waiting == 0 and "req-charged" in queued(store)
+
+            await async_wait_for(settled, timeout=15, what="the outbox to send the release again")
+            return (await runtime.admission.fair_share_usage())[0]
+        finally:
+            await runtime.close()
+
+    assert asyncio.run(scenario()) == {"7": pytest.approx(10 + 2 * 20, rel=1e-3)}  # once, not twice
+    assert counters(store)[accounting.USAGE_RETRIED] == 1
+    assert flush(store) == 2  # req-first and req-charged, one row each
+
+
 def test_closing_lets_a_push_in_flight_finish_rather_than_push_it_twice(store, cast):
     """Redis has run the retry's push and its reply is on its way when the process shuts down:
     cancelled then, the push would count as failed, and the last try would push it again."""

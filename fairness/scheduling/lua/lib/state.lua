@@ -69,6 +69,11 @@ local KEY = {
   queued_total = 'nq',
   lease = 'l:',                     -- l:h  hash: the lease (FIELD below)
   lease_expiry = 'lx',              -- zset h -> expiry of its lease
+  -- zset h -> when its lease was reaped (its holder never gave it back), kept REAPED_KEPT seconds:
+  -- a release retried after its reply was lost settles only a lease still held or reaped here,
+  -- never one whose first try ran (release.lua). Written only when reaping, so never on the
+  -- request path.
+  reaped = 'rp',
   ticket = 't:',                    -- t:h  hash: the waiting ticket (FIELD below)
   ticket_expiry = 'tx',             -- zset h -> expiry of its ticket (last heartbeat + ticket TTL)
   arrivals = 'seq',                 -- arrival counter; a ticket's member is "%016d:h" so equal

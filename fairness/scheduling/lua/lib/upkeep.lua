@@ -38,11 +38,19 @@ end
 -- Leases and tickets whose holder stopped renewing (a dead process) are dropped lazily, at the
 -- start of every call; waiting tickets call in every few seconds, so someone always does this.
 -- A dead holder's lease gives its budget reservation back: nobody will settle it.
+local REAPED_KEPT = 3600  -- seconds: longer than any retry of a release waits for Redis
+
 local function reap()
+  local reaped = false
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. KEY.lease_expiry, '-inf', NOW, 'LIMIT', 0, 100)) do
     local l = redis.call('HMGET', NS .. KEY.lease .. h, FIELD.budgets, FIELD.budget_estimate)
-    if free(h) and l[1] then reserve_budgets(l[1], num(l[2]), -1) end
+    if free(h) then
+      if l[1] then reserve_budgets(l[1], num(l[2]), -1) end
+      redis.call('ZADD', NS .. KEY.reaped, NOW, h)
+      reaped = true
+    end
   end
+  if reaped then redis.call('ZREMRANGEBYSCORE', NS .. KEY.reaped, '-inf', NOW - REAPED_KEPT) end
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', NS .. KEY.ticket_expiry, '-inf', NOW, 'LIMIT', 0, 100)) do
     withdraw(h)
   end
