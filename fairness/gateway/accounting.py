@@ -33,7 +33,9 @@ UPSTREAM_FAILURES = (502, 504)  # what the gateway answers when an engine failed
 #   usage|retried  usage|outbox_dropped  usage|repushed   (the per-process outboxes: usage_outbox.py)
 #   usage|rejected   (events the flush set aside: accounting/usage.py)
 #   dur|…  ttft|…  tpot|…  and their sums   (the latency histograms: latency_histograms.py)
-#   http|status|reason   (every answer, refusals too, flushed by each process: http_counts.py)
+#   http|status|reason   (every answer, refusals too)
+# The last two are counted in each process and flushed once a second (process_counts.py); the
+# others ride the round trip that records the usage event.
 
 # The `le` label as Prometheus spells it ("+Inf", "0.005"); prometheus_client leaves it unannotated.
 _le_label: Callable[[float], str] = prometheus_utils.floatToGoString
@@ -149,12 +151,16 @@ def counter_increments(
         fields[f"rej|{tier}|{refusal or 'engine'}"] = 1
     if status in UPSTREAM_FAILURES and event["replica"]:
         fields[f"uperr|{event['replica']}"] = 1
-    if admitted:  # a refusal took no engine time: gpuportal_http_requests_total counts it
-        fields.update(latency_histograms.increments(
-            tier=tier, model=event["model"], stream=event["stream"], status=event["status"],
-            latency_ms=event["latency_ms"], ttft_ms=event["ttft_ms"], completion_tokens=event["completion_tokens"],
-        ))
     return fields
+
+
+def latency_increments(event: UsageEvent) -> dict[str, int]:
+    """The latency histogram fields an admitted request adds to (a refusal took no engine time:
+    gpuportal_http_requests_total counts it). Counted in the process (process_counts.py)."""
+    return latency_histograms.increments(
+        tier=event.get("tier", ""), model=event["model"], stream=event["stream"], status=event["status"],
+        latency_ms=event["latency_ms"], ttft_ms=event["ttft_ms"], completion_tokens=event["completion_tokens"],
+    )
 
 
 def counter_commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:

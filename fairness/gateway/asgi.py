@@ -47,8 +47,8 @@ from fairness.gateway import (
 )
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError, ErrorResponse
-from fairness.gateway.http_counts import CLIENT_CLOSED, HTTP_COUNTS
 from fairness.gateway.http_server import ANSWERED_HERE, vouch_for
+from fairness.gateway.process_counts import CLIENT_CLOSED, PROCESS_COUNTS
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.streamed_body import (
     BodyStream,
@@ -373,7 +373,7 @@ def _count_gone(scope: dict[str, Any]) -> None:
     """The client left before any answer: 499, unless the server answered it itself (a body
     too slow gets 408 there, which it counted, and the app then sees the client gone)."""
     if ANSWERED_HERE not in scope.get("extensions", {}):
-        HTTP_COUNTS.count(499, CLIENT_CLOSED)
+        PROCESS_COUNTS.count(499, CLIENT_CLOSED)
 
 
 def _authorization(headers: dict[str, str]) -> str | None:
@@ -444,7 +444,7 @@ def _body_timed_out() -> HttpResponse:
 
 async def _send_response(response: HttpResponseBase, send: Send, request_id: str) -> None:
     # Every answer passes here once: counted in memory, flushed to Redis off the request path.
-    HTTP_COUNTS.count(response.status_code, response.error_code if isinstance(response, ErrorResponse) else None)
+    PROCESS_COUNTS.count(response.status_code, response.error_code if isinstance(response, ErrorResponse) else None)
     response["X-Request-Id"] = request_id
     headers = [
         (name.lower().encode("latin-1"), str(value).encode("latin-1"))

@@ -45,7 +45,7 @@ from uvicorn.server import ServerState
 
 from fairness.gateway.api_paths import is_api_path
 from fairness.gateway.errors import ApiError
-from fairness.gateway.http_counts import HTTP_COUNTS
+from fairness.gateway.process_counts import PROCESS_COUNTS
 from fairness.gateway.waiting_clients import WaitingClients
 
 # How long after a burst of connections the oldest waiting past a cap are closed: long enough for
@@ -277,7 +277,7 @@ def _body_too_slow(path: str, min_rate: float) -> tuple[bytes, bytes]:
 def _counted(path: str, error: ApiError) -> ApiError:
     """An API answer given here, which the app never sends, counted as the app counts its own."""
     if is_api_path(path):
-        HTTP_COUNTS.count(error.status, error.code)
+        PROCESS_COUNTS.count(error.status, error.code)
     return error
 
 

@@ -2,8 +2,9 @@
 until the engine's first token, and how fast the tokens came after it.
 
 Like the queue-wait histogram (accounting.py), each request adds 1 to its own bucket and its
-value to a sum, as HINCRBYs in the round trip that records its usage event; the scrape makes the
-buckets cumulative and counts them (telemetry/gateway_metrics.py). Only admitted requests are
+value to a sum; its process adds them up in memory and to Redis once a second (process_counts.py),
+not in the round trip that records its usage event, where they were most of its commands. The
+scrape makes the buckets cumulative and counts them (telemetry/gateway_metrics.py). Only admitted requests are
 observed: a refusal takes no engine time, and `gpuportal_http_requests_total` counts it.
 
 Fields, "|"-separated, the model last (a model's name is the staff's to choose and could hold

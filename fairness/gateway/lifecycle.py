@@ -17,6 +17,7 @@ from django.conf import settings
 from fairness.gateway import abandoned_work, accounting, budget_rules, request_parsing, tracing
 from fairness.gateway.api_keys import KeyInfo
 from fairness.gateway.errors import ApiError
+from fairness.gateway.process_counts import PROCESS_COUNTS
 from fairness.gateway.request_parsing import ProxyRequest
 from fairness.gateway.runtime import GatewayRuntime
 from fairness.gateway.sse_relay import StreamTally
@@ -233,6 +234,8 @@ class RequestLifecycle:
             return
         self._closed = True
         self._finish_event(status, tally)
+        if self.grant is not None:
+            PROCESS_COUNTS.add(accounting.latency_increments(self.event))
         if self.trace is not None:
             self.trace.closed(self.event, tally)
         if self._left_uncounted():

@@ -19,7 +19,7 @@ import redis.asyncio
 import redis.exceptions
 from django.conf import settings
 
-from fairness.gateway import engine_client, health_probes, http_counts, tracing
+from fairness.gateway import engine_client, health_probes, process_counts, tracing
 from fairness.gateway.api_keys import KeyCache
 from fairness.gateway.context_lengths import ContextLengths
 from fairness.gateway.database_outage import DATABASE_ERRORS, OUTAGE_LOG
@@ -150,11 +150,11 @@ class GatewayRuntime:
         self._closed = True
         if self._health_task is not None:
             await cancel_and_wait(self._health_task)
-        if self._counts_task is not None:
-            await cancel_and_wait(self._counts_task)
-            await http_counts.flush_at_exit(self.lane)
         if self._background:  # usage and releases on their way to Redis
             await asyncio.wait(self._background, timeout=5)
+        if self._counts_task is not None:
+            await cancel_and_wait(self._counts_task)
+            await process_counts.flush_at_exit(self.lane)
         await self.usage_outbox.close()  # a last, bounded try at usage Redis has not taken
         try:
             await self.admission.close()
@@ -246,7 +246,7 @@ class GatewayRuntime:
 
     def _ensure_counts_flushed(self) -> None:
         if not self._closed and (self._counts_task is None or self._counts_task.done()):
-            self._counts_task = asyncio.get_running_loop().create_task(http_counts.flush_forever(self.lane))
+            self._counts_task = asyncio.get_running_loop().create_task(process_counts.flush_forever(self.lane))
 
     def _ensure_health_loop(self) -> None:
         if self._closed:

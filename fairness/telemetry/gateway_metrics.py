@@ -2,7 +2,7 @@
 
 Counters and the queue-wait and latency buckets live in one Redis hash, bumped in the round trip
 that already records each request's usage event (gateway/accounting.py); every answer's status
-and reason is added to it by each process about once a second (gateway/http_counts.py). The gauges
+and reason is added to it by each process about once a second (gateway/process_counts.py). The gauges
 (in flight, queued) come from admission's live state. A scrape reads both, so every process
 answers with the totals of all of them and no multiprocess directory is needed. Redis here runs
 without persistence: a Redis restart resets the counters, which Prometheus' rate() treats as

@@ -31,6 +31,8 @@ def test_a_served_request_counts_itself_its_tokens_and_its_wait_and_latency_buck
         "tok|interactive|completion": 34,
         "wait|interactive|0.5": 1,
         "waitsum|interactive": 0.3,
+    }
+    assert accounting.latency_increments(event()) == {  # counted in the process, flushed each second
         "dur|0.5|interactive|m": 1,
         "dursum|interactive|m": 500_000,
         "ttft|0.05|interactive|false|m": 1,
@@ -69,8 +71,6 @@ def test_the_record_and_its_counters_share_one_pipeline(redis_url, redis_client)
     stored = {k.decode(): float(v) for k, v in redis_client.hgetall(keyspace.GATEWAY_COUNTERS).items()}
     assert stored == {"req|interactive|200|chat": 1, "tok|interactive|prompt": 12,
                       "tok|interactive|completion": 34, "wait|interactive|0.5": 1, "waitsum|interactive": 0.3,
-                      "dur|0.5|interactive|m": 1, "dursum|interactive|m": 500_000,
-                      "ttft|0.05|interactive|false|m": 1, "ttftsum|interactive|false|m": 40_000,
                       "usage|pushed": 1}
 
 
@@ -111,9 +111,7 @@ def test_the_scrape_makes_buckets_cumulative_and_shows_idle_tiers_as_zero():
 
 def test_a_finished_stream_adds_its_time_per_output_token():
     # 40 ms to the first token, then 33 more tokens in 990 ms: 30 ms each.
-    fields = accounting.counter_increments(
-        event(stream=True, latency_ms=1030, ttft_ms=40), admitted=True, refusal=None
-    )
+    fields = accounting.latency_increments(event(stream=True, latency_ms=1030, ttft_ms=40))
     assert fields["ttft|0.05|interactive|true|m"] == 1
     assert fields["tpot|0.05|interactive|m"] == 1
     assert fields["tpotsum|interactive|m"] == 30_000
@@ -123,12 +121,11 @@ def test_a_finished_stream_adds_its_time_per_output_token():
 def test_only_a_finished_stream_of_two_tokens_or_more_has_a_time_per_output_token():
     for unfit in (event(stream=False), event(stream=True, completion_tokens=1),
                   event(stream=True, status=499), event(stream=True, status=502)):
-        assert not any(f.startswith("tpot") for f in accounting.counter_increments(unfit, admitted=True, refusal=None))
+        assert not any(f.startswith("tpot") for f in accounting.latency_increments(unfit))
 
 
 def test_a_request_the_engine_never_answered_has_a_duration_and_no_first_token():
-    fields = accounting.counter_increments(event(status=502, ttft_ms=None, latency_ms=7000), admitted=True,
-                                           refusal=None)
+    fields = accounting.latency_increments(event(status=502, ttft_ms=None, latency_ms=7000))
     assert fields["dur|10.0|interactive|m"] == 1
     assert not any(f.startswith("ttft") for f in fields)
 
@@ -143,7 +140,7 @@ def test_the_scrape_makes_latency_histograms_per_tier_and_model_in_seconds():
     counters: dict[str, float] = {}
     for done in (event(stream=True, latency_ms=1030, ttft_ms=40), event(stream=True, latency_ms=3030, ttft_ms=2040),
                  event(model="org/other|odd", latency_ms=20, ttft_ms=20)):
-        for field, amount in accounting.counter_increments(done, admitted=True, refusal=None).items():
+        for field, amount in accounting.latency_increments(done).items():
             counters[field] = counters.get(field, 0.0) + amount
     counters["dur|0.333|interactive|m"] = 5.0  # a retired bound: skipped
     live = {"groups": {}, "tiers": {}, "keys": {}, "replicas": {}, "longest_wait": 0.0}

@@ -1,14 +1,17 @@
-"""Every answer the gateway's API gives, by status and reason: refusals before admission too.
+"""Counts each gateway process keeps in memory and adds to the shared counters hash about once a
+second, in one round trip for all of them (`flush_forever`, started with the runtime):
 
-A request refused early (no key or a bad one, a bad body, too large, an unknown model, rate
-limited, no healthy replica) costs Redis nothing, and counting it must not change that, nor make
-it wait. So each process counts its answers in memory and adds them to the shared counters hash
-about once a second, in one round trip for all of them (`flush_forever`, started with the
-runtime). What Redis could not take is kept and added with the next flush; a process killed
-outright loses at most its last second of counts. /metrics reads the totals of every process
-(`gpuportal_http_requests_total`), like the other counters.
+- every answer the gateway's API gives, by status and reason, refusals before admission too. A
+  request refused early (no key or a bad one, a bad body, too large, an unknown model, rate
+  limited, no healthy replica) costs Redis nothing, and counting it must not change that;
+- the latency histograms of admitted requests (latency_histograms.py): four to six fields a
+  request, which rode its release's round trip before.
 
-The reason is the OpenAI-shaped error's `code` when it is one of the gateway's own
+What Redis could not take is kept and added with the next flush; a process killed outright loses
+at most its last second of counts. /metrics reads the totals of every process, like the other
+counters.
+
+An answer's reason is the OpenAI-shaped error's `code` when it is one of the gateway's own
 (`KNOWN_REASONS`), "ok" below 400, and "other" for anything else (an engine's own code, or
 none), so that no client or engine can make the label's values grow.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 
 import redis.exceptions
 
@@ -57,26 +61,34 @@ def reason_of(status: int, code: str | None) -> str:
     return code if code in KNOWN_REASONS else OTHER
 
 
-class HttpCounts:
-    """One process's answers not yet added to Redis. Used on one event loop, so no lock."""
+class ProcessCounts:
+    """One process's counts not yet added to Redis. Used on one event loop, so no lock."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, int] = {}
+        self._pending: dict[str, int | float] = {}
 
     def count(self, status: int, code: str | None) -> None:
+        """One answer of this status and error code."""
         field = f"http|{status}|{reason_of(status, code)}"
         self._pending[field] = self._pending.get(field, 0) + 1
 
-    def pending(self) -> dict[str, int]:
+    def add(self, fields: Mapping[str, int | float]) -> None:
+        pending = self._pending
+        for field, amount in fields.items():
+            pending[field] = pending.get(field, 0) + amount
+
+    def pending(self) -> dict[str, int | float]:
         return dict(self._pending)
 
     async def flush(self, lane: RedisLane) -> int:
-        """Add what was counted to the shared hash in one round trip; kept if Redis refuses."""
+        """Add what was counted to the shared hash in one round trip; kept if Redis refuses.
+        Returns how many fields it added to."""
         if not self._pending:
             return 0
         taken, self._pending = self._pending, {}
         commands: list[Command] = [
-            ("HINCRBY", keyspace.GATEWAY_COUNTERS, field, amount) for field, amount in taken.items()
+            ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", keyspace.GATEWAY_COUNTERS, field, amount)
+            for field, amount in taken.items()
         ]
         try:
             error = first_error(await lane.execute(*commands))
@@ -84,28 +96,27 @@ class HttpCounts:
                 raise error
         except BaseException:
             # Perhaps counted twice if Redis ran them before the connection broke; never lost.
-            for field, amount in taken.items():
-                self._pending[field] = self._pending.get(field, 0) + amount
+            self.add(taken)
             raise
-        return sum(taken.values())
+        return len(taken)
 
 
-HTTP_COUNTS = HttpCounts()  # the process's: the ASGI front counts, the runtime flushes
+PROCESS_COUNTS = ProcessCounts()  # the process's: the ASGI front and the lifecycles count, the runtime flushes
 
 
 async def flush_forever(lane: RedisLane, every: float = FLUSH_SECONDS) -> None:
     while True:
         await asyncio.sleep(every)
         try:
-            await HTTP_COUNTS.flush(lane)
+            await PROCESS_COUNTS.flush(lane)
         except (redis.exceptions.RedisError, OSError):
-            log.debug("answer counts wait for Redis", exc_info=True)
+            log.debug("counts wait for Redis", exc_info=True)
         except Exception:  # the counts are kept; the loop must outlive a surprise
-            log.warning("could not flush the answer counts", exc_info=True)
+            log.warning("could not flush the counts", exc_info=True)
 
 
 async def flush_at_exit(lane: RedisLane, timeout: float = 1.0) -> None:
     """A last, bounded try at what the loop had not flushed yet."""
     with contextlib.suppress(redis.exceptions.RedisError, OSError, TimeoutError):
         async with asyncio.timeout(timeout):
-            await HTTP_COUNTS.flush(lane)
+            await PROCESS_COUNTS.flush(lane)
