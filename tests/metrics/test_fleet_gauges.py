@@ -30,9 +30,12 @@ def mark_down(redis_url: str, replica: Replica) -> None:
 
 
 def test_a_replica_the_gateways_hold_out_reads_down_and_the_others_up(tiers, redis_url):
-    up = Replica.objects.create(name="sim-a", base_url="http://127.0.0.1:9", model="m", max_num_seqs=8)
-    down = Replica.objects.create(name="sim-b", base_url="http://127.0.0.1:10", model="m", max_num_seqs=8)
-    Replica.objects.create(name="sim-off", base_url="http://127.0.0.1:11", model="m", max_num_seqs=8, enabled=False)
+    # Names no other test gives a replica: a live gateway left from an earlier test may still probe
+    # the replicas it last read (sim-a at port 9 among them) and write their verdicts.
+    up = Replica.objects.create(name="gauge-up", base_url="http://127.0.0.1:9", model="m", max_num_seqs=8)
+    down = Replica.objects.create(name="gauge-down", base_url="http://127.0.0.1:10", model="m", max_num_seqs=8)
+    Replica.objects.create(name="gauge-off", base_url="http://127.0.0.1:11", model="m", max_num_seqs=8,
+                           enabled=False)
     mark_down(redis_url, down)
 
     samples = scrape()
