@@ -17,6 +17,7 @@ from tests.support.cast import EMBEDDING_MODEL, MODEL, STAFF_IP, STAFF_PASSWORD,
 from tests.support.gateway_process import GatewayProcess, database_url
 from tests.support.processes import LOG_DIR, SUITE_SECRET_KEY, free_port, gateway_env, start_gateway
 from tests.support.redis_db import TEST_REDIS_URL
+from tests.support.sentinel_redis import SentinelRedis
 
 TESTS = Path(__file__).parent
 
@@ -113,6 +114,17 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def sentinels() -> Iterator[SentinelRedis]:
+    """A private Redis master, one replica and one sentinel (quorum 1) on loopback ports."""
+    world = SentinelRedis(sentinels=1, quorum=1)
+    try:
+        world.start()
+        yield world
+    finally:
+        world.stop_all()
 
 
 @pytest.fixture(scope="session")

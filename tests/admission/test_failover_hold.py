@@ -5,9 +5,7 @@ restarted empty does, so the running requests' leases count again before anyone 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 import redis
 
 from fairness.scheduling.admission import RESTART_HOLD_SECONDS, Admission
@@ -16,16 +14,6 @@ from tests.support.admission import alice, bob, eventually, like
 from tests.support.sentinel_redis import MASTER_NAME, SentinelRedis
 
 URL = "redis://127.0.0.1:1/0"  # the sentinels give the address
-
-
-@pytest.fixture
-def sentinels() -> Iterator[SentinelRedis]:
-    world = SentinelRedis(sentinels=1, quorum=1)
-    try:
-        world.start()
-        yield world
-    finally:
-        world.stop_all()
 
 
 def hold_on(port: int, group: str) -> float | None:

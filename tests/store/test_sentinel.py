@@ -4,7 +4,6 @@ following it when it moves (a demoted master answers READONLY, having run nothin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,16 +14,6 @@ from fairness.store import redis_sentinel
 from fairness.store.redis_lane import RedisLane, SentinelLane
 from tests.support.sentinel_redis import MASTER_NAME, SentinelRedis
 from tests.support.settings_process import load_settings
-
-
-@pytest.fixture
-def sentinels() -> Iterator[SentinelRedis]:
-    world = SentinelRedis(sentinels=1, quorum=1)
-    try:
-        world.start()
-        yield world
-    finally:
-        world.stop_all()
 
 
 def url(db: int = 3) -> str:

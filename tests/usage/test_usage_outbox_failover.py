@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,20 +16,10 @@ from fairness.gateway.runtime import GatewayRuntime, RuntimeSettings
 from fairness.models import UsageRecord
 from fairness.store import keyspace, redis_sentinel
 from tests.support.polling import async_wait_for
-from tests.support.sentinel_redis import MASTER_NAME, SentinelRedis
+from tests.support.sentinel_redis import MASTER_NAME
 from tests.usage.test_usage_outbox import key_info
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def sentinels() -> Iterator[SentinelRedis]:
-    world = SentinelRedis(sentinels=1, quorum=1)
-    try:
-        world.start()
-        yield world
-    finally:
-        world.stop_all()
 
 
 def queued(port: int) -> list[str]:

@@ -188,6 +188,14 @@ def page_context(filters: LogFilters, page: LogPage) -> dict[str, object]:
 
 # -- one request ----------------------------------------------------------------------------------
 
+def detail_context(record: UsageRecord) -> dict[str, object]:
+    """What a request's own page shows, the staff's and its owner's alike."""
+    return {
+        "record": record, "timeline": timeline(record), "charge": charge_of(record),
+        "front_end": front_end_of(record), "held": held_words(record),
+    }
+
+
 def charge_of(record: UsageRecord) -> float:
     """The weighted tokens it charged (fair share, budgets), from its counts at today's weights."""
     return weighted_tokens(

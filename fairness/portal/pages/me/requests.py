@@ -36,10 +36,7 @@ def my_requests(request: SignedInRequest) -> HttpResponse:
 @require_safe
 def my_request(request: SignedInRequest, request_id: str) -> HttpResponse:
     record = _get_request_for_user(request, request_id)
-    return render(request, "me/request.html", {
-        "record": record, "timeline": request_log.timeline(record), "charge": request_log.charge_of(record),
-        "front_end": request_log.front_end_of(record), "held": request_log.held_words(record),
-    })
+    return render(request, "me/request.html", request_log.detail_context(record))
 
 
 @login_required

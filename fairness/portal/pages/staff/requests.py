@@ -36,10 +36,7 @@ def requests_log(request: SignedInRequest) -> HttpResponse:
 @require_safe
 def request_detail(request: SignedInRequest, request_id: str) -> HttpResponse:
     record = _get_request_for_staff(request_id)
-    return render(request, "staff/request.html", {
-        "record": record, "timeline": request_log.timeline(record), "charge": request_log.charge_of(record),
-        "front_end": request_log.front_end_of(record), "held": request_log.held_words(record),
-    })
+    return render(request, "staff/request.html", request_log.detail_context(record))
 
 
 @staff_required
