@@ -4,6 +4,8 @@ the gateway's queue per model, and when the engine poller last polled."""
 import asyncio
 import json
 
+import pytest
+import redis
 import redis.asyncio
 
 from fairness.gateway.replica_rows import replica_info
@@ -12,6 +14,7 @@ from fairness.scheduling import health
 from fairness.store import keyspace
 from fairness.telemetry import gateway_metrics
 from tests.support.metrics import Samples
+from tests.support.redis_db import QUIET_REDIS_URL
 
 
 def scrape() -> Samples:
@@ -29,14 +32,24 @@ def mark_down(redis_url: str, replica: Replica) -> None:
     asyncio.run(go())
 
 
-def test_a_replica_the_gateways_hold_out_reads_down_and_the_others_up(tiers, redis_url):
-    # Names no other test gives a replica: a live gateway left from an earlier test may still probe
-    # the replicas it last read (sim-a at port 9 among them) and write their verdicts.
+@pytest.fixture
+def quiet_store(settings) -> str:
+    """The scrape reads the quiet Redis database, which no live process writes to. In the shared
+    one, a live gateway of this worker probing the replicas it has read could find 127.0.0.1:9
+    refusing and write that verdict (two PostgreSQL runs read the "up" replica down)."""
+    client = redis.Redis.from_url(QUIET_REDIS_URL)
+    client.flushdb()
+    client.close()
+    settings.REDIS_URL = QUIET_REDIS_URL
+    return QUIET_REDIS_URL
+
+
+def test_a_replica_the_gateways_hold_out_reads_down_and_the_others_up(tiers, quiet_store):
     up = Replica.objects.create(name="gauge-up", base_url="http://127.0.0.1:9", model="m", max_num_seqs=8)
     down = Replica.objects.create(name="gauge-down", base_url="http://127.0.0.1:10", model="m", max_num_seqs=8)
     Replica.objects.create(name="gauge-off", base_url="http://127.0.0.1:11", model="m", max_num_seqs=8,
                            enabled=False)
-    mark_down(redis_url, down)
+    mark_down(quiet_store, down)
 
     samples = scrape()
     assert samples.get("gpuportal_replica_up", replica=up.name, model="m") == 1
