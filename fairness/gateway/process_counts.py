@@ -35,7 +35,7 @@ OTHER = "other"
 CLIENT_CLOSED = "client_closed"  # the client left before the answer started (status 499)
 FLUSH_SECONDS = 1.0
 
-# The codes the gateway's ApiErrors carry (tests/metrics/test_http_counts.py keeps this in step).
+# The codes the gateway's ApiErrors carry (tests/metrics/test_latency_and_answers.py keeps this in step).
 KNOWN_REASONS = frozenset({
     CLIENT_CLOSED,
     "ambiguous_person", "bad_filter", "batch_failed", "batch_not_cancellable", "batch_not_found", "budget_exceeded",
