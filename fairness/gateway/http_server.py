@@ -27,6 +27,8 @@ request get 503. So, for every connection:
 - Connections waiting on their client are capped per address and in total, the oldest closed past
   a cap, and `--limit-concurrency` counts only requests that arrived whole, or whose key the app
   found valid before their body (`vouch_for`; fairness/gateway/waiting_clients.py).
+
+And a response's head goes out with its first body bytes, in one send (HeadJoiningTransport).
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[VOUCHING] = self._vouching
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = HeadJoiningTransport(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if self._pace is not None:
@@ -266,6 +270,48 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n" + body
         )
         self.transport.close()
+
+
+class HeadJoiningTransport:
+    """A response's view of its connection, which sends the response's head together with the
+    first bytes after it. uvicorn writes the status line and headers as soon as the app starts
+    the response, and the body in a write of its own, so a whole answer costs two sends and wakes
+    its client twice. Here the head waits for the next write, or at the latest for the end of the
+    event loop's current pass (a stream's first chunk may be a long way off): the client sees the
+    same bytes in the same order, in one send where the body follows at once."""
+
+    __slots__ = ("_transport", "_loop", "_head", "_written")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._written = False
+
+    def write(self, data: bytes) -> None:
+        if not self._written:  # the first write: the head (or a 100 Continue), held
+            self._written = True
+            self._head = data
+            self._loop.call_soon(self._flush)
+            return
+        head = self._head
+        if head is None:
+            self._transport.write(data)
+        else:
+            self._head = None
+            self._transport.writelines((head, data))  # one send of both, the body not copied
+
+    def _flush(self) -> None:
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
 
 
 def _body_too_slow(path: str, min_rate: float) -> tuple[bytes, bytes]:
