@@ -1,6 +1,7 @@
 """How many requests one Redis core admits: Redis' work for each proxied request (admission's
-acquire and release, and the usage event and counters the release records in the same round
-trip), shaped as the gateway sends it, on a redis-server of its own.
+acquire and release, and the usage event the release records in the same round trip), shaped as
+the gateway sends it, on a redis-server of its own. (Each gateway process adds its counters up and
+flushes them once a second, process_counts.py: a few dozen fields a second, whatever the traffic.)
 
     .venv/bin/python -m bench.redis_ceiling [--quick] [--rounds N] [--requests N]
 
@@ -84,7 +85,7 @@ def usage_commands(person: int) -> list[Any]:
         "queued_ms": 0, "ttft_ms": 1, "latency_ms": 1, "at": time.time(),
         "prompt_count_source": "engine", "completion_count_source": "engine",
     }
-    return accounting.commands(event, admitted=True, refusal=None)
+    return accounting.commands(event)
 
 
 async def load(url: str, requests: int) -> float:

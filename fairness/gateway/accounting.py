@@ -1,9 +1,11 @@
 """What one finished request leaves behind: its usage event and the gateway's counters.
 
-Both are Redis commands sent in the round trip that gives the request's lease back, so
-accounting costs the request path no round trip of its own. The telemetry layer reads them
-back: the flush task drains the events into the database (accounting/usage.py) and /metrics
-reads the counters (telemetry/gateway_metrics.py).
+The usage event rides the round trip that gives the request's lease back, so accounting costs
+the request path no round trip of its own. The counters are added up in the process and flushed
+about once a second for all requests together (process_counts.py): five to seven fields a
+request that rode the release before. The telemetry layer reads both back: the flush task drains
+the events into the database (accounting/usage.py) and /metrics reads the counters
+(telemetry/gateway_metrics.py).
 """
 
 from __future__ import annotations
@@ -163,11 +165,6 @@ def latency_increments(event: UsageEvent) -> dict[str, int]:
     )
 
 
-def counter_commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
-    """This request's counter bumps."""
-    return increment_commands(counter_increments(event, admitted=admitted, refusal=refusal))
-
-
 def increment_commands(fields: Mapping[str, int | float]) -> list[Command]:
     """Bump counter fields by these amounts."""
     return [
@@ -177,9 +174,8 @@ def increment_commands(fields: Mapping[str, int | float]) -> list[Command]:
     ]
 
 
-def commands(event: UsageEvent, *, admitted: bool, refusal: str | None) -> list[Command]:
-    """Everything a finished request records: its usage event and its counter bumps."""
-    return [
-        *usage_commands(event, settings.GP_USAGE_BACKLOG_MAX),
-        *counter_commands(event, admitted=admitted, refusal=refusal),
-    ]
+def commands(event: UsageEvent) -> list[Command]:
+    """What a finished request records in its release's round trip: its usage event. Its counter
+    bumps (`counter_increments`) are counted in the process and flushed once a second
+    (process_counts.py)."""
+    return usage_commands(event, settings.GP_USAGE_BACKLOG_MAX)

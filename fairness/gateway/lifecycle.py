@@ -281,6 +281,9 @@ class RequestLifecycle:
         no longer renewed expires within a TTL meanwhile)."""
         outbox = self.runtime.usage_outbox
         opened = self.runtime.lane.connections_opened  # tells the outbox which Redis took it
+        # Counted here, where the engine's counts are in, whatever becomes of the round trip.
+        PROCESS_COUNTS.add(accounting.counter_increments(self.event, admitted=self.grant is not None,
+                                                         refusal=self.refusal))
         try:
             if self.grant is not None:
                 await self.runtime.admits.release(self.grant, also=self._accounting(), charge=self._charge())
@@ -291,8 +294,7 @@ class RequestLifecycle:
         except (redis.exceptions.RedisError, OSError):
             log.warning("could not settle %s; its usage waits in the outbox", self.event["request_id"],
                         exc_info=True)
-            outbox.keep(self.event, admitted=self.grant is not None, refusal=self.refusal,
-                        charge=self._unsettled())
+            outbox.keep(self.event, charge=self._unsettled())
         else:
             outbox.pushed(self.event, opened)
 
@@ -321,7 +323,7 @@ class RequestLifecycle:
         )
 
     def _accounting(self) -> list[Command]:
-        return accounting.commands(self.event, admitted=self.grant is not None, refusal=self.refusal)
+        return accounting.commands(self.event)
 
     def _finish_event(self, status: int, tally: StreamTally | None) -> None:
         self._count_event(status, tally)

@@ -20,11 +20,8 @@ A finished request's accounting goes to Redis in the round trip that gives its l
   went over has stayed up a whole retention window after it, so an outage never ages it out.
 
 Pushing an event twice is harmless: the flush writes one row per request id (accounting/usage.py).
-Retried events carry their request counters (they never reached Redis, as far as we know);
-re-pushed ones carry only the usage books (pushed), since the counters restarted from zero with
-the rest of Redis, an ordinary counter reset. A retry whose first try did reach Redis (the
-connection broke after Redis ran it, before the reply) counts that request twice in the counters,
-never in the usage rows.
+A request's counters never ride here: the process counted them as it settled (process_counts.py),
+which keeps what Redis could not take, so an outage loses none of them and a retry counts none twice.
 
 Counted in GATEWAY_COUNTERS, in the MULTI that pushes the events: usage|retried,
 usage|outbox_dropped (drops are reported with the next batch Redis takes) and usage|repushed; and
@@ -61,8 +58,6 @@ _WAITING_TTL = 60
 
 class _Kept(NamedTuple):
     event: UsageEvent
-    admitted: bool
-    refusal: str | None
     # (demand, weighted tokens used, lease id) of the release that failed, which may have run
     charge: tuple[Demand, float, str] | None = None
     boot: Any = None  # the store's boot id known when it failed
@@ -111,10 +106,9 @@ class UsageOutbox:
         self._recent.append((self._clock(), opened if opened == opened_before else _UNKNOWN, event))
         self._wake()
 
-    def keep(self, event: UsageEvent, *, admitted: bool, refusal: str | None,
-             charge: tuple[Demand, float, str] | None = None) -> None:
+    def keep(self, event: UsageEvent, *, charge: tuple[Demand, float, str] | None = None) -> None:
         """Redis could not take `event` (nor its release's `charge`): keep it and retry."""
-        self._pending.append(_Kept(event, admitted, refusal, charge, self._boot))
+        self._pending.append(_Kept(event, charge, self._boot))
         self._bound()
         self._wake()
 
@@ -223,10 +217,6 @@ class UsageOutbox:
             counts: dict[str, int | float] = {accounting.USAGE_RETRIED: len(chunk)}
             if dropped:
                 counts[accounting.USAGE_OUTBOX_DROPPED] = dropped
-            for kept in chunk:
-                bumps = accounting.counter_increments(kept.event, admitted=kept.admitted, refusal=kept.refusal)
-                for field, amount in bumps.items():
-                    counts[field] = counts.get(field, 0) + amount
             waiting: Command = (
                 ("HSET", keyspace.USAGE_OUTBOX_WAITING, self._process, len(pending)) if pending
                 else ("HDEL", keyspace.USAGE_OUTBOX_WAITING, self._process)

@@ -21,7 +21,7 @@ from fairness.store.redis_lane import RedisLane
 from tests.support.cast import MODEL
 from tests.support.gateway_process import GatewayProcess
 from tests.support.live_admission import chat_body, drop, hold, key_stats, send, wait_async
-from tests.support.metrics import Samples, scrape, scrape_until
+from tests.support.metrics import Samples, scrape, scrape_until, settled
 from tests.support.polling import wait_for
 from tests.support.processes import free_port, start_gateway
 
@@ -59,16 +59,6 @@ def test_a_whole_answer_and_a_stream_fill_the_latency_histograms_of_their_tier_a
             assert samples.values[(name + "_bucket", labels | {("le", "+Inf")})] == value
 
 
-def settled(url: str) -> Samples:
-    """A scrape holding every answer the gateway gave before it (a previous test's too). The
-    process adds all it has counted in one flush, so once an answer of ours shows, so do those
-    before it."""
-    sentinel = {"status": "404", "reason": "unknown_url"}
-    wanted = scrape(url).get(ANSWERS, **sentinel) + 1
-    assert httpx.get(url + "/v1/settle-the-counts", timeout=30).status_code == 404
-    return scrape_until(url, lambda s: s.get(ANSWERS, **sentinel) >= wanted, "the counts so far")
-
-
 def _post(url: str, body: bytes | dict, secret: str | None) -> httpx.Response:
     headers = {"authorization": f"Bearer {secret}"} if secret else {}
     if isinstance(body, dict):
@@ -98,11 +88,15 @@ def test_every_answer_is_counted_by_status_and_reason_refusals_before_admission_
                    - before.get(ANSWERS, status=status, reason=reason) == count
                    for (status, reason), count in expected.items())
 
-    after = scrape_until(gateway.url, grew, "the answers' counts")  # each process flushes its counts every second
+    def served_counted(samples: Samples) -> bool:  # counted as it settled, after its answer
+        return samples.get("gpuportal_requests_total", tier="interactive", status="200", endpoint="chat") == 1
+
+    # Each process flushes its counts every second.
+    after = scrape_until(gateway.url, lambda s: grew(s) and served_counted(s), "the answers' counts")
     assert {labels for labels in after.series(ANSWERS)} >= {
         frozenset({("status", s), ("reason", r)}) for s, r in expected}
     # The refused requests never reached admission: only the served one is in the per-tier counts.
-    assert after.get("gpuportal_requests_total", tier="interactive", status="200", endpoint="chat") == 1
+    assert sum(after.series("gpuportal_requests_total").values()) == 1
     # A model nobody serves makes no series of its own.
     assert all(("model", "a-model-nobody-serves") not in labels
                for (name, labels) in after.values if name.startswith("gpuportal_"))

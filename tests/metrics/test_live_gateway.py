@@ -9,12 +9,13 @@ from enginesim.process import start_enginesim
 from fairness.models import Replica, Tier
 from tests.support.cast import MODEL
 from tests.support.live_admission import chat_body, drop, hold, key_stats, send, wait_async
-from tests.support.metrics import Samples, scrape, scrape_until
+from tests.support.metrics import Samples, counting_from_zero, scrape, scrape_until
 
 REQUESTS = "gpuportal_requests_total"
 
 
-def test_it_counts_requests_tokens_and_queue_waits_by_tier(gateway, cast, openai_for):
+def test_it_counts_requests_tokens_and_queue_waits_by_tier(gateway, cast, openai_for, redis_url):
+    counting_from_zero(gateway.url, redis_url)
     alice = openai_for(cast["alice"])
     replies = [
         alice.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"q{i}"}], max_tokens=4)
@@ -48,7 +49,8 @@ def test_it_counts_requests_tokens_and_queue_waits_by_tier(gateway, cast, openai
     assert not samples.series("gpuportal_rejections_total")
 
 
-def test_it_shows_what_runs_and_waits_and_counts_a_429_by_its_reason(gateway, cast, replica):
+def test_it_shows_what_runs_and_waits_and_counts_a_429_by_its_reason(gateway, cast, replica, redis_url):
+    counting_from_zero(gateway.url, redis_url)
     Tier.objects.filter(name="interactive").update(max_queued_per_key=1)
     Tier.objects.get(name="interactive").save()  # bump the config epoch
     bob = cast["bob"]
@@ -90,13 +92,16 @@ def broken(gateway):
         yield engine
 
 
-def test_an_engine_failure_counts_as_an_upstream_error_of_its_replica(gateway, cast, broken):
+def test_an_engine_failure_counts_as_an_upstream_error_of_its_replica(gateway, cast, broken, redis_url):
+    counting_from_zero(gateway.url, redis_url)
     response = httpx.post(
         gateway.url + "/v1/chat/completions", json=chat_body(cast["alice"], max_tokens=3),
         headers={"authorization": f"Bearer {cast['alice'].secret}"}, timeout=30,
     )
     assert response.status_code == 502
-    samples = scrape(gateway.url)
-    assert samples.get("gpuportal_upstream_errors_total", replica="broken") == 1
+    # Counted in the gateway process and flushed to Redis within a second.
+    samples = scrape_until(
+        gateway.url, lambda s: s.get("gpuportal_upstream_errors_total", replica="broken") == 1, "the 502's count"
+    )
     assert samples.get(REQUESTS, tier="interactive", status="502", endpoint="chat") == 1
     assert not samples.series("gpuportal_tokens_total")

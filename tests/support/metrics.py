@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
+import redis
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -47,6 +48,31 @@ def scrape_until(url: str, condition: Callable[[Samples], bool], what: str) -> S
     found = wait_for(ready, what=what)
     assert found is not None
     return found
+
+
+ANSWERS = "gpuportal_http_requests_total"
+
+
+def settled(url: str) -> Samples:
+    """A scrape holding every count the gateway process made before it (a previous test's too):
+    its answers, its requests' counters and latencies. The process adds all it has counted in one
+    flush, so once an answer of ours shows, so do those before it."""
+    sentinel = {"status": "404", "reason": "unknown_url"}
+    wanted = scrape(url).get(ANSWERS, **sentinel) + 1
+    assert httpx.get(url + "/v1/settle-the-counts", timeout=30).status_code == 404
+    return scrape_until(url, lambda s: s.get(ANSWERS, **sentinel) >= wanted, "the counts so far")
+
+
+def counting_from_zero(url: str, redis_url: str) -> None:
+    """The counters empty, with nothing a previous test's requests counted still to come: a
+    gateway process flushes its counts about once a second, maybe after this test's Redis was
+    emptied."""
+    settled(url)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
 
 
 def ask(url: str, member: Member, max_tokens: int = 5) -> httpx.Response:

@@ -37,7 +37,7 @@ def finish_requests(redis_url: str, key_id: int, numbers: range) -> None:
         lane = RedisLane.like(client)
         try:
             for number in numbers:
-                replies = await lane.execute(*accounting.commands(event(key_id, number), admitted=True, refusal=None))
+                replies = await lane.execute(*accounting.commands(event(key_id, number)))
                 assert first_error(replies) is None, replies
         finally:
             await lane.aclose()
