@@ -5,7 +5,9 @@ second, in one round trip for all of them (`flush_forever`, started with the run
   request refused early (no key or a bad one, a bad body, too large, an unknown model, rate
   limited, no healthy replica) costs Redis nothing, and counting it must not change that;
 - the latency histograms of admitted requests (latency_histograms.py): four to six fields a
-  request, which rode its release's round trip before.
+  request, which rode its release's round trip before;
+- every settled request's counters (accounting.counter_increments: requests, tokens, queue wait,
+  refusals, engine failures), added as it settles, which rode the release's round trip too.
 
 What Redis could not take is kept and added with the next flush; a process killed outright loses
 at most its last second of counts. /metrics reads the totals of every process, like the other
