@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 import redis.exceptions
 
-from fairness.store import keyspace
-from fairness.store.redis_lane import Command, RedisLane, first_error
+from fairness.gateway import accounting
+from fairness.store.redis_lane import RedisLane, first_error
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +88,8 @@ class ProcessCounts:
         if not self._pending:
             return 0
         taken, self._pending = self._pending, {}
-        commands: list[Command] = [
-            ("HINCRBYFLOAT" if isinstance(amount, float) else "HINCRBY", keyspace.GATEWAY_COUNTERS, field, amount)
-            for field, amount in taken.items()
-        ]
         try:
-            error = first_error(await lane.execute(*commands))
+            error = first_error(await lane.execute(*accounting.increment_commands(taken)))
             if error is not None:
                 raise error
         except BaseException:
